@@ -1,0 +1,340 @@
+"""Presets as data: GPUs, models and frameworks in `catalog/*/*.yaml`, loaded once, units converted
+at load (units.parse_quantity). Users may pass their own YAML path wherever a preset name goes.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .errors import SpecError, UnknownPresetError
+from .types import GPU, ClusterSpec, Framework, ModelSpec
+from .units import parse_quantity
+
+_KINDS = {"gpu": "gpus", "model": "models", "framework": "frameworks"}
+
+
+def _catalog_dir(kind: str):
+    return resources.files("costmodels") / "catalog" / _KINDS[kind]
+
+
+@functools.lru_cache(maxsize=None)
+def _index(kind: str) -> dict[str, str]:
+    """Preset name -> YAML text, for every file of the kind."""
+    out = {}
+    for entry in _catalog_dir(kind).iterdir():
+        if entry.name.endswith(".yaml"):
+            text = entry.read_text(encoding="utf-8")
+            data = yaml.safe_load(text)
+            out[data["name"]] = text
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _aliases(kind: str) -> dict[str, str]:
+    """Lower-cased name or alias -> canonical preset name."""
+    out = {}
+    for name, text in _index(kind).items():
+        for alias in yaml.safe_load(text).get("aliases", []) or []:
+            out[str(alias).lower()] = name
+        out[name.lower()] = name
+    return out
+
+
+def names(kind: str) -> list[str]:
+    return sorted(_index(kind))
+
+
+def canonical_name(kind: str, ref: str) -> str | None:
+    """The preset a name or alias refers to (case-insensitive), or None."""
+    return _aliases(kind).get(str(ref).strip().lower())
+
+
+def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
+    """Load a user's YAML/JSON file into a dict, with one-line errors for every way it can fail."""
+    p = Path(path)
+    if p.is_dir():
+        raise SpecError(f"{what} '{path}' is a directory; give a YAML file")
+    if not p.exists():
+        raise SpecError(f"{what} file '{path}' does not exist")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read {what} file '{path}': {exc.__class__.__name__}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(f"{what} file '{path}' is not valid YAML{where}: {problem}") from None
+    if data is None:
+        raise SpecError(f"{what} file '{path}' is empty")
+    if not isinstance(data, dict):
+        raise SpecError(f"{what} file '{path}' must hold a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml", ".json")) or os.sep in ref or ref.startswith(".")
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(kind: str, name: str) -> dict:
+    return yaml.safe_load(_index(kind)[name])
+
+
+def _lookup(kind: str, ref) -> dict:
+    """A preset name, a file path, or an inline mapping -> the raw dict (a copy; callers may edit)."""
+    if isinstance(ref, dict):
+        return ref
+    if not isinstance(ref, str) or not ref.strip():
+        raise SpecError(f"{kind}: expected a preset name, a file path or a mapping, got {ref!r}")
+    index = _index(kind)
+    preset = canonical_name(kind, ref)
+    if preset is not None:
+        return copy.deepcopy(_parsed(kind, preset))
+    if _looks_like_path(ref) or Path(ref).exists():
+        return read_yaml_file(ref, kind)
+    raise UnknownPresetError(kind, ref, list(index))
+
+
+def _require(data: dict, key: str, what: str):
+    if key not in data or data[key] is None:
+        raise SpecError(f"{what}: missing required field '{key}'")
+    return data[key]
+
+
+def gpu_from_dict(d: dict) -> GPU:
+    what = f"GPU {d.get('name', '?')}"
+    peak_raw = _require(d, "peak", what)
+    if not isinstance(peak_raw, dict):
+        raise SpecError(f"{what}: 'peak' must map precision to FLOP/s")
+    peak = {k: parse_quantity(v, what=f"{what} peak.{k}") for k, v in peak_raw.items()}
+    system = d.get("system", {}) or {}
+    fitted = d.get("fitted", {}) or {}
+    q = lambda v, k: parse_quantity(v, what=f"{what} {k}")  # noqa: E731
+    try:
+        return GPU(
+            name=str(_require(d, "name", what)),
+            hbm_bytes=q(_require(d, "hbm", what), "hbm"),
+            hbm_bytes_per_s=q(_require(d, "hbm_bandwidth", what), "hbm_bandwidth"),
+            peak_flop_per_s=peak,
+            sparse_2to4=bool(d.get("sparse_2to4", False)),
+            nvlink_bytes_per_s=q(system.get("nvlink_bandwidth", "0 GB/s"), "nvlink_bandwidth"),
+            nvlink_domain=int(system.get("nvlink_domain", 1)),
+            network_bytes_per_s=q(system.get("network_bandwidth", "100 Gb/s"), "network_bandwidth"),
+            pcie_bytes_per_s=q(system.get("pcie_bandwidth", "16 GB/s"), "pcie_bandwidth"),
+            gemm_efficiency=float(fitted.get("gemm_efficiency", 0.7)),
+            attention_efficiency=float(fitted.get("attention_efficiency", 0.5)),
+            hbm_efficiency=float(fitted.get("hbm_efficiency", 0.8)),
+            kernel_overhead_s=q(fitted.get("kernel_overhead", "5 us"), "kernel_overhead"),
+            fp8_gemm_speedup=float(fitted.get("fp8_gemm_speedup", 1.0)),
+            sparse_gemm_speedup=float(fitted.get("sparse_gemm_speedup", 1.0)),
+            source=str(d.get("source", "")),
+        )
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{what}: {exc}") from None
+
+
+def load_gpu(ref) -> GPU:
+    return gpu_from_dict(_lookup("gpu", ref))
+
+
+def gpu_system_defaults(ref) -> dict:
+    """The typical system a GPU ships in (DGX / HGX): nodes, links, latencies, host memory."""
+    d = _lookup("gpu", ref)
+    return dict(d.get("system", {}) or {})
+
+
+def cluster_from_dict(d: dict) -> ClusterSpec:
+    """Cluster YAML: `gpu` (catalog name or mapping) plus overrides of its typical system."""
+    gpu_ref = _require(d, "gpu", "cluster")
+    gpu_raw = _lookup("gpu", gpu_ref)
+    gpu = gpu_from_dict(gpu_raw)
+    system = dict(gpu_raw.get("system", {}) or {})
+    system.update({k: v for k, v in d.items() if k != "gpu" and v is not None})
+    q = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}")  # noqa: E731
+    num_gpus = system.get("num_gpus", system.get("gpus_per_node", 8))
+    gpn = system.get("gpus_per_node", 8)
+    for key, value in (("num_gpus", num_gpus), ("gpus_per_node", gpn)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"cluster: {key} must be a whole number, got {value!r}")
+    domain = int(system.get("nvlink_domain", gpn))
+    return ClusterSpec(
+        gpu=gpu,
+        num_gpus=num_gpus,
+        gpus_per_node=gpn,
+        nvlink_domain=domain,
+        nvlink_bytes_per_s=q("nvlink_bandwidth", "0 GB/s") or q("pcie_bandwidth", "16 GB/s"),
+        network_bytes_per_s=q("network_bandwidth", "100 Gb/s"),
+        nvlink_efficiency=float(system.get("nvlink_efficiency", 0.8)),
+        network_efficiency=float(system.get("network_efficiency", 0.85)),
+        nvlink_latency_s=q("nvlink_latency", "5 us"),
+        network_latency_s=q("network_latency", "10 us"),
+        pcie_bytes_per_s=q("pcie_bandwidth", "16 GB/s"),
+        host_memory_bytes=q("host_memory", "1024 GiB"),
+        nvme_bytes=q("nvme", "0 B"),
+        nvme_bytes_per_s=q("nvme_bandwidth", "0 GB/s"),
+        cpu_adam_params_per_s=float(system.get("cpu_adam_params_per_s", 1.0e9)),
+        price_per_gpu_hour=float(system.get("price_per_gpu_hour", 0.0)),
+        name=str(system.get("name", gpu.name)),
+    )
+
+
+def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
+    """A GPU name (its typical node), a cluster YAML path, or a mapping; optional overrides."""
+    if isinstance(ref, str) and canonical_name("gpu", ref) is not None:
+        d = {"gpu": ref}
+    elif isinstance(ref, dict):
+        d = dict(ref)
+    else:
+        raw = _lookup("gpu", ref) if isinstance(ref, str) and not _looks_like_path(ref) else None
+        d = raw if raw is not None else read_yaml_file(ref, "cluster")
+        if "gpu" not in d and "peak" in d:          # a GPU file given where a cluster is expected
+            d = {"gpu": d}
+    if num_gpus is not None:
+        d["num_gpus"] = num_gpus
+    if gpus_per_node is not None:
+        d["gpus_per_node"] = gpus_per_node
+    return cluster_from_dict(d)
+
+
+_MODEL_KEYS = {"name", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
+               "max_seq_len", "gated_mlp", "tied_embeddings", "norm", "position", "bias",
+               "hidden_dropout", "attention_dropout", "source"}
+
+# Alternative spellings: the validation schema, Megatron flags, Hugging Face config.json.
+_MODEL_ALIASES = {
+    "hidden_size": "hidden", "ffn_hidden_size": "ffn_hidden", "intermediate_size": "ffn_hidden",
+    "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
+    "vocab_size": "vocab", "seq_length": "max_seq_len", "max_position_embeddings": "max_seq_len",
+    "num_hidden_layers": "num_layers", "n_layer": "num_layers", "n_embd": "hidden",
+    "n_head": "num_heads", "n_positions": "max_seq_len", "n_inner": "ffn_hidden",
+    "tie_word_embeddings": "tied_embeddings",
+}
+
+
+def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
+    """Model YAML (our keys, the validation schema's, or a Hugging Face config.json)."""
+    if "architectures" in d or "model_type" in d:
+        return _model_from_hf(d, name)
+    data = {}
+    for key, value in d.items():
+        key = _MODEL_ALIASES.get(key, key)
+        if key in _MODEL_KEYS:
+            data[key] = value
+    act = d.get("activation")
+    if act is not None and "gated_mlp" not in data:
+        data["gated_mlp"] = str(act).lower() in ("swiglu", "silu", "geglu")
+    if "num_kv_heads" not in data and "num_heads" in data:
+        data["num_kv_heads"] = data["num_heads"]
+    if "ffn_hidden" not in data and "hidden" in data:
+        data["ffn_hidden"] = 4 * data["hidden"]
+    data.setdefault("name", name or d.get("name") or "model")
+    for key in ("num_layers", "hidden", "num_heads", "vocab", "max_seq_len"):
+        if data.get(key) is None:
+            raise SpecError(f"model {data['name']}: missing required field '{key}'")
+    try:
+        return ModelSpec(**data)
+    except TypeError as exc:
+        raise SpecError(f"model {data['name']}: {exc}") from None
+
+
+def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
+    """Hugging Face config.json: Llama / Mistral / Qwen2 (silu -> SwiGLU, RMSNorm, RoPE),
+    GPT-NeoX (gelu, LayerNorm, rotary), GPT-2 (n_embd / n_layer keys, learned positions)."""
+    mt = str(d.get("model_type", "")).lower()
+    get = lambda *keys, default=None: next((d[k] for k in keys if d.get(k) is not None), default)  # noqa: E731
+    hidden = get("hidden_size", "n_embd", "d_model")
+    heads = get("num_attention_heads", "n_head")
+    layers = get("num_hidden_layers", "n_layer", "num_layers")
+    what = f"config.json ({mt or 'unknown model_type'})"
+    for key, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("num_hidden_layers", layers)):
+        if value is None:
+            raise SpecError(f"{what}: missing '{key}'")
+    act = str(get("hidden_act", "activation_function", default="gelu")).lower()
+    gated = act in ("silu", "swiglu", "swish") and mt != "gpt_neox"
+    ffn = get("intermediate_size", "n_inner", default=None) or 4 * hidden
+    gpt2 = mt == "gpt2"
+    norm = "rmsnorm" if ("rms_norm_eps" in d or mt in ("llama", "mistral", "qwen2", "qwen3", "gemma")) else "layernorm"
+    position = "learned" if gpt2 else "rope"
+    tied = bool(get("tie_word_embeddings", default=gpt2))
+    bias = gpt2 or mt == "gpt_neox" or bool(get("attention_bias", default=False))
+    dropout = float(get("resid_pdrop", "hidden_dropout", default=0.0) or 0.0)
+    attn_dropout = float(get("attn_pdrop", "attention_dropout", default=0.0) or 0.0)
+    return ModelSpec(
+        name=name or str(get("_name_or_path", default=mt or "hf-model")),
+        num_layers=int(layers), hidden=int(hidden), ffn_hidden=int(ffn), num_heads=int(heads),
+        num_kv_heads=int(get("num_key_value_heads", default=heads)),
+        vocab=int(get("vocab_size", default=0)) or 0,
+        max_seq_len=int(get("max_position_embeddings", "n_positions", "seq_length", default=2048)),
+        gated_mlp=gated, tied_embeddings=tied, norm=norm, position=position, bias=bias,
+        hidden_dropout=dropout, attention_dropout=attn_dropout, source="Hugging Face config.json",
+    )
+
+
+def load_model(ref) -> ModelSpec:
+    data = _lookup("model", ref)
+    name = canonical_name("model", ref) if isinstance(ref, str) else None
+    return model_from_dict(data, name=name or data.get("name"))
+
+
+def framework_from_dict(d: dict) -> Framework:
+    what = f"framework {d.get('name', '?')}"
+    q = lambda k: parse_quantity(_require(d, k, what), what=f"{what} {k}")  # noqa: E731
+    try:
+        return Framework(
+            name=str(d["name"]),
+            dp_overlap=float(d["dp_overlap"]),
+            dp_overlap_zero0=float(d["dp_overlap_zero0"]),
+            attention_speedup=float(d["attention_speedup"]),
+            dp_overlap_pipelined=float(d["dp_overlap_pipelined"]),
+            tp_overlap=float(d["tp_overlap"]),
+            pp_scatter_gather=bool(d["pp_scatter_gather"]),
+            zero3_gather_efficiency=float(d["zero3_gather_efficiency"]),
+            zero3_overlap=float(d["zero3_overlap"]),
+            param_gather_overlap=float(d["param_gather_overlap"]),
+            zero3_live_layers=float(d["zero3_live_layers"]),
+            zero3_live_params=float(d["zero3_live_params"]),
+            grad_buffer_follows_comm=bool(d["grad_buffer_follows_comm"]),
+            saved_activation_factor=float(d["saved_activation_factor"]),
+            fp8_saved_input_bytes=float(d["fp8_saved_input_bytes"]),
+            iteration_overhead_s=q("iteration_overhead"),
+            host_overhead_s=q("host_overhead"),
+            elementwise_traffic=float(d["elementwise_traffic"]),
+            state_bytes=_state_bytes(d, what),
+            allocator_fragmentation=float(d["allocator_fragmentation"]),
+            cuda_context_bytes=q("cuda_context"),
+            comm_buffer_bytes=q("comm_buffers"),
+            logits_bytes_per_element=float(d["logits_bytes_per_element"]),
+            source=str(d.get("source", "")),
+        )
+    except KeyError as exc:
+        raise SpecError(f"{what}: missing required field {exc}") from None
+
+
+def _state_bytes(d: dict, what: str) -> dict:
+    table = _require(d, "state_bytes", what)
+    out = {}
+    for precision in ("fp32", "fp16", "bf16", "fp8"):
+        row = table.get(precision) if isinstance(table, dict) else None
+        if not isinstance(row, dict) or not {"weights", "grads", "optimizer"} <= set(row):
+            raise SpecError(f"{what}: state_bytes.{precision} needs weights, grads and optimizer")
+        out[precision] = (float(row["weights"]), float(row["grads"]), float(row["optimizer"]))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _framework_preset(name: str) -> Framework:
+    return framework_from_dict(_lookup("framework", name))
+
+
+def load_framework(ref) -> Framework:
+    if isinstance(ref, str) and canonical_name("framework", ref) is not None:
+        return _framework_preset(canonical_name("framework", ref))
+    return framework_from_dict(_lookup("framework", ref))

@@ -1,0 +1,197 @@
+"""Time of one transformer layer (and the embedding / output layers) for one micro-batch on one GPU.
+
+Each kernel class is costed as work / achieved rate + a fixed cost per kernel:
+  GEMMs         2MNK FLOP at `gemm_efficiency` x peak (Narayanan et al. 2021, §5: GEMM-bound);
+  attention     FlashAttention FLOP at `attention_efficiency` x peak (Dao 2023, arXiv:2307.08691,
+                §4.1: causal masking skips half the blocks), or two batched GEMMs plus the s x s
+                softmax traffic without it;
+  elementwise   bytes moved at `hbm_efficiency` x HBM bandwidth (norms, activation, dropout,
+                residual adds: the memory-bound ops of Korthikanti et al. 2022, §4, Table 2);
+  kernels       `kernel_overhead_s` each (launch, ramp-up and tail of small kernels).
+The GPU cannot run faster than the host issues kernels: `host_overhead_s` per kernel (eager
+PyTorch), so a phase takes max(GPU time, host time).
+Codes: precision 0 fp32 / 1 fp16 / 2 bf16 / 3 fp8; sparsity 0 dense / 1 2:4 / 2 unstructured.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .comm import all_reduce_time, members_per_domain
+from .memory import activation_bytes_per_element
+from .types import ClusterSpec, Framework, ModelSpec
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Seconds for one layer (or block) and one micro-batch: each field an array."""
+
+    gemm: np.ndarray
+    attention: np.ndarray
+    elementwise: np.ndarray
+    kernels: np.ndarray           # fixed per-kernel cost
+    host: np.ndarray              # host time to issue the phase's kernels
+    tp_comm: np.ndarray
+
+    @property
+    def gpu(self):
+        return self.gemm + self.attention + self.elementwise + self.kernels
+
+    @property
+    def busy(self):
+        """Wall time of the phase: the GPU's work and the exposed TP collectives, or the host."""
+        return np.maximum(self.gpu + self.tp_comm, self.host)
+
+
+def gemm_rate(cluster: ClusterSpec, precision):
+    """Achieved FLOP/s of large GEMMs: TF32 for fp32 training, fp8 at the measured speed-up over
+    bf16 (Transformer Engine keeps some GEMM work in bf16)."""
+    g = cluster.gpu
+    p = np.asarray(precision)
+    fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
+    half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
+    fp16 = g.peak_flop_per_s.get("fp16", half)
+    peak = np.select([p == 0, p == 1, p == 3], [fp32, fp16, half * g.fp8_gemm_speedup], half)
+    return peak * g.gemm_efficiency
+
+
+def attention_rate(cluster: ClusterSpec, precision):
+    """Fused attention runs in 16-bit (TF32 in fp32 training) even when GEMMs use fp8."""
+    g = cluster.gpu
+    half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
+    fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
+    return np.where(np.asarray(precision) == 0, fp32, half) * g.attention_efficiency
+
+
+def sparse_speedup(cluster: ClusterSpec, sparsity):
+    """2:4 structured sparsity doubles tensor-core peak for the forward and input-gradient GEMMs
+    (NVIDIA A100 whitepaper, 'Fine-grained structured sparsity'); achieved speed-up from the catalog.
+    Unstructured sparsity keeps dense kernels on GPUs (background.md §3), so no speed-up."""
+    s = np.asarray(sparsity)
+    gain = cluster.gpu.sparse_gemm_speedup if cluster.gpu.sparse_2to4 else 1.0
+    return np.where(s == 1, gain, 1.0)
+
+
+def _kv(m: ModelSpec) -> float:
+    return m.hidden * m.num_kv_heads / m.num_heads
+
+
+def layer_gemm_flop(m: ModelSpec, tokens, tp):
+    """Forward FLOP of the layer's weight GEMMs on one TP rank: QKV, projection, MLP
+    (Narayanan et al. 2021, eq. 3: 24 b s h^2 for GPT, here with GQA and SwiGLU)."""
+    h, f = m.hidden, m.ffn_hidden
+    per_token = 2.0 * (h * (h + 2.0 * _kv(m)) + h * h + (3.0 if m.gated_mlp else 2.0) * h * f)
+    return tokens * per_token / np.asarray(tp, float)
+
+
+def attention_flop(m: ModelSpec, tokens, seq_len, tp, flash):
+    """Forward FLOP of QK^T and AV on one TP rank: 4 s h per token (Narayanan et al. 2021, eq. 3);
+    FlashAttention with a causal mask computes about half (Dao 2023, §3.1)."""
+    causal = np.where(flash, 0.5, 1.0)
+    return 4.0 * tokens * np.asarray(seq_len, float) * m.hidden * causal / np.asarray(tp, float)
+
+
+def layer_elementwise_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precision):
+    """Forward bytes of the memory-bound ops on one GPU: norms and residual dropout-adds on the
+    h-wide stream (split over TP only with sequence parallelism), the activation function, RoPE
+    and QKV layout copies (split over TP), and the s x s score traffic without FlashAttention
+    (the tensors of Korthikanti et al. 2022, Table 2, each read and written once)."""
+    e = activation_bytes_per_element(precision)
+    h, f, kv = m.hidden, m.ffn_hidden, _kv(m)
+    drop = 1.0 if m.hidden_dropout > 0 else 0.0
+    stream = (10.0 * h) * e + 2.0 * h * drop
+    act = np.where(m.gated_mlp, 3.0 * f, 2.0 * f) * e
+    rope = 2.0 * (h + kv) * e if m.position == "rope" else 0.0
+    copies = 2.0 * (h + 2.0 * kv) * e
+    attn_drop = 1.0 if m.attention_dropout > 0 else 0.0
+    scores = m.num_heads * np.asarray(seq_len, float) * (4.0 * e + attn_drop * (2.0 * e + 1.0))
+    tp = np.asarray(tp, float)
+    split = act + rope + copies + np.where(flash, 0.0, scores)
+    return tokens * (np.where(sp, stream / tp, stream) + split / tp)
+
+
+def _kernel_counts(m: ModelSpec, flash):
+    """Kernels per layer: 4 weight GEMMs, attention (1 fused or bmm-softmax-bmm), 6 elementwise
+    (2 norms, 2 residual adds, activation, QKV copy), RoPE; backward twice the GEMMs."""
+    rope = 1.0 if m.position == "rope" else 0.0
+    fwd = 10.0 + np.where(flash, 1.0, 3.0) + rope
+    bwd = 20.0 + np.where(flash, 2.0, 5.0) + rope
+    return fwd, bwd
+
+
+def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, seq_len, tp, sp,
+                 flash, precision, sparsity):
+    """Forward, backward and attention-core-only (selective recompute) phases of one layer."""
+    gpu = cluster.gpu
+    rate = gemm_rate(cluster, precision)
+    speed = sparse_speedup(cluster, sparsity)
+    gemm_f = layer_gemm_flop(m, tokens, tp)
+    attn_f = attention_flop(m, tokens, seq_len, tp, flash)
+    elem = layer_elementwise_bytes(m, tokens, seq_len, tp, sp, flash, precision) * fw.elementwise_traffic
+    bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+    # Non-flash attention runs as batched GEMMs at GEMM efficiency; flash at its own.
+    attn_rate = np.where(flash, attention_rate(cluster, precision) * fw.attention_speedup,
+                         gemm_rate(cluster, np.maximum(precision, 1)))
+    n_fwd, n_bwd = _kernel_counts(m, flash)
+    # TP: two all-reduces (or reduce-scatter + all-gather with SP, same bytes) per layer pass
+    # (Shoeybi et al. 2019, §3, Fig. 4; Korthikanti et al. 2022, §4.2.2).
+    e = activation_bytes_per_element(precision)
+    k_tp = members_per_domain(tp, 1, cluster.nvlink_domain)
+    tp_pass = 2.0 * all_reduce_time(tokens * m.hidden * e, tp, k_tp, cluster)
+    host = fw.host_overhead_s
+    fwd = PhaseTimes(gemm=gemm_f / (rate * speed), attention=attn_f / attn_rate, elementwise=elem / bw,
+                     kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass)
+    # Backward: input- and weight-gradient GEMMs (2x forward; 2:4 speeds up only the former),
+    # attention backward 2.5x its forward with FlashAttention (recomputes QK^T; Dao 2023, §3.1.2), 2x
+    # without; elementwise ops read the saved input and the output gradient and write one gradient.
+    bwd = PhaseTimes(gemm=gemm_f / (rate * speed) + gemm_f / rate,
+                     attention=attn_f * np.where(flash, 2.5, 2.0) / attn_rate,
+                     elementwise=2.0 * elem / bw, kernels=n_bwd * gpu.kernel_overhead_s,
+                     host=(n_bwd + 2) * host, tp_comm=tp_pass * (1.0 - fw.tp_overlap))
+    core_elem = np.where(flash, 0.0, tokens * m.num_heads * np.asarray(seq_len, float) * 4.0 * e
+                         / np.asarray(tp, float)) * fw.elementwise_traffic
+    core = PhaseTimes(gemm=0.0 * gemm_f, attention=attn_f / attn_rate, elementwise=core_elem / bw,
+                      kernels=np.where(flash, 1.0, 3.0) * gpu.kernel_overhead_s,
+                      host=np.where(flash, 1.0, 3.0) * host, tp_comm=0.0 * gemm_f)
+    return fwd, bwd, core
+
+
+def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, tp, sp, precision):
+    """Final norm, output projection 2 b s h V / t (Narayanan et al. 2021, eq. 3, V/16lh term) and
+    the vocab-parallel cross entropy over fp32 logits (read/write passes over b s V / t elements)."""
+    gpu = cluster.gpu
+    rate = gemm_rate(cluster, np.minimum(precision, 2))  # Megatron keeps the output layer in bf16
+    e = activation_bytes_per_element(precision)
+    flop = 2.0 * tokens * m.hidden * m.vocab / np.asarray(tp, float)
+    logits = tokens * m.vocab / np.asarray(tp, float)
+    bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+    fwd_bytes = logits * (e + 12.0) + tokens * m.hidden * 2.0 * e
+    bwd_bytes = logits * (e + 8.0) + tokens * m.hidden * 3.0 * e
+    zero = 0.0 * flop
+    fwd = PhaseTimes(gemm=flop / rate, attention=zero, elementwise=fwd_bytes / bw,
+                     kernels=6.0 * gpu.kernel_overhead_s + zero, host=8.0 * fw.host_overhead_s + zero,
+                     tp_comm=zero)
+    bwd = PhaseTimes(gemm=2.0 * flop / rate, attention=zero, elementwise=bwd_bytes / bw,
+                     kernels=6.0 * gpu.kernel_overhead_s + zero, host=8.0 * fw.host_overhead_s + zero,
+                     tp_comm=zero)
+    return fwd, bwd
+
+
+def embedding_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, tp, sp, precision):
+    """Embedding lookup (+ positions) and its gradient scatter: memory-bound, b s h elements;
+    the vocab-parallel lookup ends in an all-reduce over TP (Shoeybi et al. 2019, §3)."""
+    gpu = cluster.gpu
+    e = activation_bytes_per_element(precision)
+    nbytes = tokens * m.hidden * e
+    bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+    k_tp = members_per_domain(tp, 1, cluster.nvlink_domain)
+    comm = all_reduce_time(nbytes, tp, k_tp, cluster)
+    zero = 0.0 * nbytes
+    fwd = PhaseTimes(gemm=zero, attention=zero, elementwise=3.0 * nbytes / bw,
+                     kernels=3.0 * gpu.kernel_overhead_s + zero, host=4.0 * fw.host_overhead_s + zero,
+                     tp_comm=comm)
+    bwd = PhaseTimes(gemm=zero, attention=zero, elementwise=3.0 * nbytes / bw,
+                     kernels=3.0 * gpu.kernel_overhead_s + zero, host=4.0 * fw.host_overhead_s + zero,
+                     tp_comm=zero)
+    return fwd, bwd

@@ -1,0 +1,267 @@
+"""`estimate` (one layout) and `estimate_batch` (a LayoutBatch, vectorised): memory and step time.
+
+Both run the same numpy code; `estimate` is `estimate_batch` on a batch of one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from . import compute, memory, params, steptime
+from .comm import (grad_comm_bytes_per_param, members_per_domain, p2p_time, reduce_scatter_time,
+                   weight_gather_bytes_per_param)
+from .flops import model_flop_per_token, recompute_flop_per_token
+from .types import (ClusterSpec, Estimate, Framework, Layout, LayoutBatch, MemoryBreakdown, ModelSpec,
+                    TimeBreakdown)
+
+MEMORY_FIELDS = tuple(f.name for f in fields(MemoryBreakdown))
+TIME_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
+
+
+@dataclass(frozen=True)
+class BatchEstimate:
+    """Column arrays, one row per layout: every MemoryBreakdown and TimeBreakdown field plus totals."""
+
+    columns: dict
+
+    def __getattr__(self, name):
+        columns = object.__getattribute__(self, "columns")
+        if name in columns:
+            return columns[name]
+        raise AttributeError(name)
+
+    def __len__(self):
+        return len(self.columns["step_time_s"])
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def estimate_batch(model: ModelSpec, cluster: ClusterSpec, framework: Framework,
+                   layouts: LayoutBatch) -> BatchEstimate:
+    """Memory per GPU (peak stage) and time per step for every layout in `layouts`."""
+    m, c, fw, lb = model, cluster, framework, layouts
+    tp, pp, dp, cp, vpp = _f(lb.tp), _f(lb.pp), _f(lb.dp), _f(lb.cp), _f(lb.vpp)
+    mbs, gbs, seq = _f(lb.mbs), _f(lb.gbs), _f(lb.seq_len)
+    zero, prec, rc = lb.zero, lb.precision, lb.recompute
+    sp = lb.sequence_parallel & (tp > 1)
+    flash = lb.flash_attention
+    n_micro = gbs / (mbs * dp)
+    tokens = mbs * seq / cp                      # tokens of one micro-batch on one GPU
+    layers = np.ceil(m.num_layers / pp)          # transformer layers on the busiest stage
+    recomputed = np.where(lb.recompute_layers > 0, np.minimum(lb.recompute_layers, layers), layers)
+    shard = dp * cp                              # ZeRO / distributed-optimizer shard group
+    e = memory.activation_bytes_per_element(prec)
+
+    # ---- time of one micro-batch on each kind of stage ---------------------------------------
+    fwd, bwd, core = compute.layer_phases(m, c, fw, tokens=tokens, seq_len=seq, tp=tp, sp=sp,
+                                          flash=flash, precision=prec, sparsity=lb.sparsity)
+    out_f, out_b = compute.output_layer_phases(m, c, fw, tokens=tokens, tp=tp, sp=sp, precision=prec)
+    emb_f, emb_b = compute.embedding_phases(m, c, fw, tokens=tokens, tp=tp, sp=sp, precision=prec)
+    kv_bytes = tokens * 2.0 * m.hidden * m.num_kv_heads / m.num_heads * e / tp
+    cp_fwd = steptime.cp_exchange_time(kv_bytes, cp, tp, fwd.attention, c)
+    cp_bwd = steptime.cp_exchange_time(2.0 * kv_bytes, cp, tp, bwd.attention, c)
+
+    def gpu_and_excess(phase):
+        busy = phase.busy
+        return phase.gpu, phase.tp_comm, busy - phase.gpu - phase.tp_comm
+
+    lf_gpu, lf_tp, lf_x = gpu_and_excess(fwd)
+    lb_gpu, lb_tp, lb_x = gpu_and_excess(bwd)
+    co_gpu, _, co_x = gpu_and_excess(core)
+    full_rc = rc == 2
+    rc_gpu = np.where(full_rc, recomputed * lf_gpu, np.where(rc == 1, layers * co_gpu, 0.0))
+    rc_tp = np.where(full_rc, recomputed * lf_tp, 0.0)
+    rc_x = np.where(full_rc, recomputed * lf_x, np.where(rc == 1, layers * co_x, 0.0))
+    body = {"compute": layers * (lf_gpu + lb_gpu), "recompute": rc_gpu,
+            "tp_comm": layers * (lf_tp + lb_tp) + rc_tp, "cp_comm": layers * (cp_fwd + cp_bwd),
+            "excess": layers * (lf_x + lb_x) + rc_x}
+    ef_gpu, ef_tp, ef_x = gpu_and_excess(emb_f)
+    eb_gpu, eb_tp, eb_x = gpu_and_excess(emb_b)
+    of_gpu, of_tp, of_x = gpu_and_excess(out_f)
+    ob_gpu, ob_tp, ob_x = gpu_and_excess(out_b)
+    first_extra = {"compute": ef_gpu + eb_gpu, "tp_comm": ef_tp + eb_tp, "excess": ef_x + eb_x}
+    last_extra = {"compute": of_gpu + ob_gpu, "tp_comm": of_tp + ob_tp, "excess": of_x + ob_x}
+
+    # Pipeline sends: activations forward, gradients backward; Megatron splits them over the TP
+    # ranks (scatter-gather optimisation, Narayanan et al. 2021, §4.1), DeepSpeed's PipelineEngine
+    # sends the whole tensor from every TP rank (deepspeed/runtime/pipe/p2p.py).
+    crosses = tp * cp * dp >= c.nvlink_domain
+    split = tp if fw.pp_scatter_gather else 1.0
+    p2p = np.where(pp > 1, 2.0 * p2p_time(tokens * m.hidden * e / split, crosses, c), 0.0)
+
+    # ZeRO-2 reduce-scatters and ZeRO-3 gathers happen every micro-batch.
+    layer_p = params.layer_params(m)
+    first_p = layers * layer_p + params.embedding_params(m) + np.where(pp <= 1, params.output_params(m), 0.0)
+    last_out = params.output_params(m) + (m.vocab * m.hidden if m.tied_embeddings else 0.0)
+    last_p = layers * layer_p + np.where(pp <= 1, params.embedding_params(m) + params.output_params(m), last_out)
+    stage_p = np.maximum(first_p, last_p) / tp                    # weights per GPU, bigger stage
+    gbytes = grad_comm_bytes_per_param(lb.grad_comm, prec)
+    wbytes = weight_gather_bytes_per_param(lb.grad_comm, prec)
+    gathers = 2.0 + np.where(full_rc, 1.0, 0.0)
+    z3 = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, gathers, shard, tp, c)
+    z3 = z3 / fw.zero3_gather_efficiency
+    mb_compute = body["compute"] + body["recompute"]
+    z3_exposed = np.where(zero >= 3, np.maximum(z3 - fw.zero3_overlap * mb_compute, 0.0), 0.0)
+    k_dp = members_per_domain(shard, tp, c.nvlink_domain)
+    z2_rs = reduce_scatter_time(stage_p * gbytes, shard, k_dp, c)
+    dp_overlap = np.where(pp > 1, fw.dp_overlap_pipelined, np.where(zero == 0, fw.dp_overlap_zero0, fw.dp_overlap))
+    z2_exposed = np.where(zero == 2, np.maximum(z2_rs - dp_overlap * layers * lb_gpu, 0.0), 0.0)
+    # Parameters streamed from host memory (ZeRO-Infinity offload_param) once per use.
+    param_fetch = stage_p * 2.0 * gathers / c.pcie_bytes_per_s
+    offload_p = np.where((zero >= 3) & (lb.offload_params > 0),
+                         np.maximum(param_fetch - mb_compute, 0.0), 0.0)
+
+    per_mb_shared = {"pp_comm": p2p, "zero_comm": z3_exposed, "dp_comm": z2_exposed, "offload": offload_p}
+
+    def tau(extra):
+        total = (body["compute"] + body["recompute"] + body["tp_comm"] + body["cp_comm"] + body["excess"]
+                 + sum(per_mb_shared.values()))
+        return total + sum(extra.values())
+
+    no_extra = {}
+    tau_first = tau(first_extra) + np.where(pp <= 1, sum(last_extra.values()), 0.0)
+    tau_last = tau(last_extra)
+    tau_mid = tau(no_extra)
+    t_pipe, tau_max, last_is_max = steptime.pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, n_micro)
+
+    def bottleneck(key):
+        first = first_extra.get(key, 0.0) + np.where(pp <= 1, last_extra.get(key, 0.0), 0.0)
+        return body.get(key, 0.0) + np.where(last_is_max, last_extra.get(key, 0.0), first)
+
+    # ---- once per step ------------------------------------------------------------------------
+    grad_sync, weight_sync = steptime.dp_gradient_sync_time(stage_p * gbytes, stage_p * wbytes, zero,
+                                                             shard, tp, c)
+    grad_sync = np.where(zero >= 2, 0.0, grad_sync)            # ZeRO-2/3 reduced per micro-batch
+    weight_sync = np.where(zero >= 3, 0.0, weight_sync)        # ZeRO-3 gathers per micro-batch
+    window = dp_overlap * layers * lb_gpu                      # last micro-batch's backward
+    dp_exposed = (np.maximum(grad_sync - window, 0.0)
+                  + weight_sync * (1.0 - fw.param_gather_overlap))
+    local = stage_p / np.where(zero >= 1, shard, 1.0)
+    opt_off = lb.offload_optimizer
+    opt_gpu = np.where(opt_off > 0, 0.0, steptime.optimizer_step_time(local, c, prec))
+    opt_host = steptime.offloaded_optimizer_time(local, opt_off, c)
+
+    time = {
+        "compute": n_micro * bottleneck("compute"),
+        "recompute": n_micro * body["recompute"],
+        "tp_comm": n_micro * bottleneck("tp_comm"),
+        "cp_comm": n_micro * body["cp_comm"],
+        "pp_comm": n_micro * p2p,
+        "bubble": t_pipe - n_micro * tau_max,
+        "dp_comm": n_micro * z2_exposed + dp_exposed,
+        "zero_comm": n_micro * z3_exposed,
+        "offload": n_micro * offload_p + opt_host,
+        "optimizer": opt_gpu,
+        "overhead": n_micro * bottleneck("excess") + fw.iteration_overhead_s,
+    }
+    step = sum(time.values())
+
+    # ---- memory of the first and the last stage; report the larger ---------------------------
+    stored, core_act = memory.layer_activation_bytes(m, tokens, seq, tp, sp, flash, prec, fw.fp8_saved_input_bytes)
+    stored, core_act = stored * fw.saved_activation_factor, core_act * fw.saved_activation_factor
+    ckpt = memory.checkpoint_bytes(m, tokens, tp, sp, prec)
+    inflight_first = memory.inflight_microbatches(pp, vpp, n_micro, 0)
+    inflight_last = memory.inflight_microbatches(pp, vpp, n_micro, pp - 1)
+    act_first = (memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers, recomputed, inflight_first)
+                 + inflight_first * memory.embedding_activation_bytes(m, tokens, tp, sp, prec))
+    act_last = memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers, recomputed, inflight_last)
+    logits = memory.logits_bytes(m, tokens, tp, fw)
+    logits_first = np.where(pp <= 1, logits, 0.0)
+
+    def states(p):
+        return memory.model_state_bytes(p / tp, prec, zero, shard, opt_off, lb.offload_params, fw,
+                                        lb.grad_comm)
+
+    wf, gf, of = states(first_p)
+    wl, gl, ol = states(last_p)
+    working = memory.zero3_working_params(layer_p / tp, stage_p, fw) * memory.activation_bytes_per_element(prec)
+    working = np.where(zero >= 3, working, 0.0)
+    workspace = memory.backward_workspace_bytes(m, tokens, tp, prec)
+    buffers = fw.comm_buffer_bytes + 0.0 * step
+
+    def allocated(w, g, o, a, lg):
+        return w + g + o + a + lg + buffers + workspace + working
+
+    alloc_first = allocated(wf, gf, of, act_first, logits_first)
+    alloc_last = allocated(wl, gl, ol, act_last, logits)
+    last_peaks = (pp > 1) & (alloc_last > alloc_first)
+    pick = lambda first, last: np.where(last_peaks, last, first)  # noqa: E731
+    mem = {
+        "weights": pick(wf, wl) + working,
+        "grads": pick(gf, gl),
+        "optimizer": pick(of, ol),
+        "activations": pick(act_first, act_last),
+        "logits": pick(logits_first, logits),
+        "comm_buffers": buffers,
+        "workspace": workspace,
+    }
+    alloc = pick(alloc_first, alloc_last)
+    mem["fragmentation"] = alloc * fw.allocator_fragmentation
+    mem["cuda_context"] = fw.cuda_context_bytes + 0.0 * alloc
+    total_mem = alloc + mem["fragmentation"] + mem["cuda_context"]
+
+    # Host memory for offloaded optimizer state: fp32 master, moments and gradients (16 B/param).
+    host_per_node = np.where(opt_off > 0, local * 16.0 * c.gpus_per_node, 0.0)
+    host_per_node = host_per_node + np.where(lb.offload_params > 0, local * 2.0 * c.gpus_per_node, 0.0)
+    nvme_needed = np.where(opt_off == 2, host_per_node, 0.0)
+    host_fits = np.where(opt_off == 2, nvme_needed <= c.nvme_bytes, host_per_node <= c.host_memory_bytes)
+
+    # ---- throughput ----------------------------------------------------------------------------
+    tokens_step = gbs * seq
+    model_flop = tokens_step * model_flop_per_token(m, seq)
+    share = recomputed / layers
+    hw_flop = model_flop + tokens_step * recompute_flop_per_token(m, seq, rc, share)
+    world = tp * pp * dp * cp
+    peak = _peak_for(c, prec)
+    cols = {f"mem_{k}": v for k, v in mem.items()}
+    cols.update({f"time_{k}": v for k, v in time.items()})
+    cols.update({
+        "step_time_s": step,
+        "peak_memory_bytes": total_mem,
+        "allocated_bytes": alloc,
+        "reserved_bytes": alloc + mem["fragmentation"],
+        "fits": (total_mem <= c.gpu.hbm_bytes) & host_fits,
+        "host_fits": host_fits,
+        "host_bytes_per_node": host_per_node,
+        "headroom_bytes": c.gpu.hbm_bytes - total_mem,
+        "tokens_per_step": tokens_step,
+        "tokens_per_s": tokens_step / step,
+        "tokens_per_s_per_gpu": tokens_step / step / world,
+        "model_flop_per_step": model_flop,
+        "hardware_flop_per_step": hw_flop,
+        "model_tflops_per_gpu": model_flop / step / world / 1e12,
+        "mfu": model_flop / step / world / peak,
+        "hfu": hw_flop / step / world / peak,
+        "peak_flop_per_s": peak,
+        "num_gpus": world,
+        "layers_per_stage": layers,
+        "memory_peak_stage": np.where(last_peaks, pp - 1, 0.0),
+    })
+    n = len(lb)
+    return BatchEstimate({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in cols.items()})
+
+
+def _peak_for(c: ClusterSpec, precision):
+    """Dense peak FLOP/s of the layout's precision (TF32 for fp32), the MFU denominator."""
+    p = c.gpu.peak_flop_per_s
+    fp32 = p.get("tf32") or p.get("fp32", 0.0)
+    return np.select([np.asarray(precision) == i for i in range(4)],
+                     [fp32, p.get("fp16", 0.0), p.get("bf16", 0.0), p.get("fp8", 0.0)], 0.0)
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout) -> Estimate:
+    """Memory and time of one layout (the batch estimator on a batch of one)."""
+    b = estimate_batch(model, cluster, framework, LayoutBatch.from_layouts([layout]))
+    row = {k: float(np.asarray(v)[0]) for k, v in b.columns.items()}
+    mem = MemoryBreakdown(**{k: row[f"mem_{k}"] for k in MEMORY_FIELDS})
+    time = TimeBreakdown(**{k: row[f"time_{k}"] for k in TIME_FIELDS})
+    layers = int(row["layers_per_stage"])
+    stages = tuple(min(layers, max(model.num_layers - i * layers, 0)) for i in range(layout.pp))
+    return Estimate(memory=mem, time=time, model_flop_per_step=row["model_flop_per_step"],
+                    hardware_flop_per_step=row["hardware_flop_per_step"],
+                    tokens_per_step=row["tokens_per_step"], num_gpus=layout.world,
+                    hbm_bytes=cluster.gpu.hbm_bytes, peak_flop_per_s=row["peak_flop_per_s"],
+                    stage_layers=stages, host_fits=bool(row["host_fits"]))

@@ -1,0 +1,82 @@
+"""Step time: pipeline schedule over per-stage micro-batch times, plus what happens once per step.
+
+Pipeline (Narayanan et al. 2021, §2.2): with per-micro-batch stage times tau_i, 1F1B takes
+sum_i tau_i + (m - 1) max_i tau_i (the fill and drain pass through every stage once, the
+slowest stage then works through the remaining micro-batches); the interleaved schedule with v
+chunks shrinks the fill/drain part by v: m max tau + (sum tau - max tau) / v, which for equal
+stages is the bubble (p - 1)/(v m) of eq. (2).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .comm import all_gather_time, members_per_domain, reduce_scatter_time, all_reduce_time
+
+
+def pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, num_microbatches):
+    """Returns (total, bottleneck tau, is_last_bottleneck) for one step's forward+backward passes."""
+    pp = np.asarray(pp, float)
+    single = pp <= 1
+    total_sum = np.where(single, tau_first, tau_first + tau_last + np.maximum(pp - 2, 0) * tau_mid)
+    tau_max = np.where(single, tau_first, np.maximum(tau_first, tau_last))
+    m = np.asarray(num_microbatches, float)
+    v = np.asarray(vpp, float)
+    total = m * tau_max + (total_sum - tau_max) / v
+    return total, tau_max, (~single) & (tau_last > tau_first)
+
+
+def dp_gradient_sync_time(grad_bytes, weight_bytes, zero, group, stride, cluster):
+    """Once per step: ZeRO-0 all-reduces gradients; ZeRO-1 reduce-scatters them and all-gathers
+    the updated 16-bit weights (Rajbhandari et al. 2020, §7: same volume as all-reduce).
+    Returns (gradient part, weight all-gather part)."""
+    k = members_per_domain(group, stride, cluster.nvlink_domain)
+    zero = np.asarray(zero)
+    grads = np.where(zero == 0, all_reduce_time(grad_bytes, group, k, cluster),
+                     reduce_scatter_time(grad_bytes, group, k, cluster))
+    weights = np.where(zero == 0, 0.0, all_gather_time(weight_bytes, group, k, cluster))
+    return grads, weights
+
+
+def zero3_microbatch_comm_time(weight_bytes, grad_bytes, gathers, group, stride, cluster):
+    """ZeRO-3 / FSDP per micro-batch: all-gather the weights before each use (forward, backward,
+    and the recompute forward) and reduce-scatter the gradients (Rajbhandari et al. 2020, §7.3:
+    1.5x the all-reduce volume without recompute)."""
+    k = members_per_domain(group, stride, cluster.nvlink_domain)
+    return gathers * all_gather_time(weight_bytes, group, k, cluster) + reduce_scatter_time(
+        grad_bytes, group, k, cluster)
+
+
+def optimizer_step_time(local_params, cluster, precision):
+    """Adam on the GPU is memory-bound: read fp32 master, moments and gradient, write them back
+    and the 16-bit copy, plus the gradient-norm pass: about 38 bytes per local parameter
+    (fused multi-tensor Adam; Rajbhandari et al. 2020 count 16 bytes of state per parameter)."""
+    gpu = cluster.gpu
+    bytes_per_param = np.where(np.asarray(precision) == 0, 32.0, 38.0)
+    return local_params * bytes_per_param / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency)
+
+
+def offloaded_optimizer_time(local_params, offload, cluster):
+    """ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840, §4): gradients go down and 16-bit weights
+    come back over PCIe (4 + 2 bytes per parameter), Adam runs on the CPU at DeepSpeedCPUAdam
+    speed shared by the node's GPUs; ZeRO-Infinity (Rajbhandari et al. 2021, arXiv:2104.07857,
+    §5) also streams the 12 bytes of optimizer state from and back to NVMe."""
+    per_gpu_cpu_rate = cluster.cpu_adam_params_per_s / cluster.gpus_per_node
+    cpu = local_params / per_gpu_cpu_rate
+    pcie = local_params * 6.0 / cluster.pcie_bytes_per_s
+    nvme_rate = max(cluster.nvme_bytes_per_s, 1.0) / cluster.gpus_per_node
+    nvme = np.where(np.asarray(offload) == 2, local_params * 24.0 / nvme_rate, 0.0)
+    return np.where(np.asarray(offload) > 0, cpu + pcie + nvme, 0.0)
+
+
+def cp_exchange_time(kv_bytes, cp, stride, attention_time, cluster):
+    """Ring attention (Liu et al. 2023, arXiv:2310.01889, §3): cp - 1 steps each passing one K/V
+    block to the next rank, overlapped with the attention of the block in hand; only the
+    excess is exposed."""
+    cp = np.asarray(cp, float)
+    k = members_per_domain(cp, stride, cluster.nvlink_domain)
+    inside = k >= cp
+    rate = np.where(inside, cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency,
+                    cluster.network_bytes_per_s * cluster.network_efficiency)
+    latency = np.where(inside, cluster.nvlink_latency_s, cluster.network_latency_s)
+    comm = (cp - 1) * (kv_bytes / rate + latency)
+    return np.where(cp > 1, np.maximum(comm - attention_time, 0.0), 0.0)

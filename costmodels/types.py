@@ -1,0 +1,484 @@
+"""Core types: small frozen dataclasses in SI units, and the structure-of-arrays twin of `Layout`.
+
+Symbols used across the cost models (Narayanan et al. 2021; Korthikanti et al. 2022):
+  L layers, h hidden, f FFN hidden, a query heads, g key/value heads, V vocabulary,
+  s sequence length, b micro-batch, t tensor-parallel, p pipeline-parallel, d data-parallel,
+  c context-parallel, v virtual stages per pipeline rank, m micro-batches per step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from typing import Mapping
+
+import numpy as np
+
+from .errors import SpecError
+
+
+class _Coded(str, Enum):
+    """A string enum with a stable integer code, so numpy arrays can carry it."""
+
+    @property
+    def code(self) -> int:
+        return list(type(self)).index(self)
+
+    @classmethod
+    def parse(cls, value) -> "_Coded":
+        if isinstance(value, cls):
+            return value
+        text = str(value).strip().lower()
+        for member in cls:
+            if text == member.value or text in getattr(member, "_aliases", ()):
+                return member
+        aliases = cls._ALIASES.get(text) if hasattr(cls, "_ALIASES") else None
+        if aliases is not None:
+            return cls(aliases)
+        known = ", ".join(m.value for m in cls)
+        raise SpecError(f"unknown {cls.__name__.lower()} '{value}': use one of {known}")
+
+    @classmethod
+    def from_code(cls, code: int) -> "_Coded":
+        return list(cls)[int(code)]
+
+
+class Precision(_Coded):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+Precision._ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+                      "fp8-hybrid": "fp8", "fp8_e4m3": "fp8"}
+
+
+class Recompute(_Coded):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+Recompute._ALIASES = {"false": "none", "off": "none", "no": "none", "true": "full",
+                      "checkpoint-activations": "full"}
+
+
+class Offload(_Coded):
+    NONE = "none"
+    CPU = "cpu"
+    NVME = "nvme"
+
+
+Offload._ALIASES = {"false": "none", "off": "none", "no": "none"}
+
+
+class Sparsity(_Coded):
+    DENSE = "dense"
+    TWO_FOUR = "2:4"
+    UNSTRUCTURED = "unstructured"
+
+
+Sparsity._ALIASES = {"none": "dense", "2to4": "2:4", "structured": "2:4"}
+
+
+class GradComm(_Coded):
+    """How data-parallel gradients (and ZeRO-3 weights) travel."""
+
+    FP32 = "fp32"          # fp32 all-reduce / reduce-scatter (DeepSpeed default for bf16)
+    BF16 = "bf16"          # communication_data_type bf16 (fp16 for fp16 training)
+    ZEROPP = "zeropp"      # ZeRO++: int8 weights all-gather, int4 gradient reduce-scatter
+    ONEBIT = "1bit"        # 1-bit Adam / 0-1 Adam error-compensated compression
+
+
+GradComm._ALIASES = {"fp16": "bf16", "half": "bf16", "zero++": "zeropp", "onebit": "1bit",
+                     "1-bit": "1bit"}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer. Sizes are counts, `max_seq_len` in tokens."""
+
+    name: str
+    num_layers: int
+    hidden: int
+    ffn_hidden: int
+    num_heads: int
+    num_kv_heads: int
+    vocab: int
+    max_seq_len: int
+    gated_mlp: bool = False            # SwiGLU: three h*f matrices instead of two
+    tied_embeddings: bool = False
+    norm: str = "layernorm"            # layernorm | rmsnorm
+    position: str = "learned"          # learned | rope | alibi
+    bias: bool = True                  # biases in the linear layers
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    source: str = ""
+
+    def __post_init__(self):
+        for name in ("num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
+                     "max_seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise SpecError(f"model {self.name}: {name} must be a positive integer, got {value!r}")
+        if self.hidden % self.num_heads:
+            raise SpecError(f"model {self.name}: hidden {self.hidden} is not divisible by "
+                            f"{self.num_heads} heads; pick heads that divide hidden")
+        if self.num_heads % self.num_kv_heads:
+            raise SpecError(f"model {self.name}: {self.num_heads} heads are not divisible by "
+                            f"{self.num_kv_heads} key/value heads")
+        if self.norm not in ("layernorm", "rmsnorm"):
+            raise SpecError(f"model {self.name}: norm must be layernorm or rmsnorm, got {self.norm!r}")
+        if self.position not in ("learned", "rope", "alibi"):
+            raise SpecError(f"model {self.name}: position must be learned, rope or alibi")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise SpecError(f"model {self.name}: {name} must be in [0, 1)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.num_heads
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One accelerator: data-sheet peaks plus the efficiency constants fitted for it."""
+
+    name: str
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    peak_flop_per_s: Mapping[str, float]       # dense peak per precision: fp32, tf32, fp16, bf16, fp8
+    sparse_2to4: bool                          # tensor cores double throughput for 2:4 weights
+    nvlink_bytes_per_s: float                  # per GPU, one direction
+    nvlink_domain: int                         # GPUs reachable over NVLink
+    network_bytes_per_s: float                 # per GPU NIC, one direction (typical system)
+    pcie_bytes_per_s: float                    # per GPU to host, one direction
+    gemm_efficiency: float                     # best sustained fraction of peak for large GEMMs
+    attention_efficiency: float                # fused/flash attention kernels, fraction of peak
+    hbm_efficiency: float                      # achieved fraction of HBM bandwidth, streaming kernels
+    kernel_overhead_s: float                   # fixed cost per kernel (launch, ramp-up, tail wave)
+    fp8_gemm_speedup: float = 1.0              # achieved fp8/bf16 GEMM speed ratio (< peak ratio)
+    sparse_gemm_speedup: float = 1.0           # achieved 2:4-sparse/dense GEMM speed ratio
+    source: str = ""
+
+    def supports(self, precision: "Precision") -> bool:
+        return self.peak_flop_per_s.get(precision.value, 0.0) > 0.0
+
+    def peak(self, precision: "Precision") -> float:
+        key = "tf32" if precision is Precision.FP32 and self.peak_flop_per_s.get("tf32") else precision.value
+        return float(self.peak_flop_per_s.get(key, 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """GPUs and the links between them; per-GPU bandwidths are one direction."""
+
+    gpu: GPU
+    num_gpus: int
+    gpus_per_node: int
+    nvlink_domain: int                 # GPUs per NVLink domain (a node, or an NVL72 rack)
+    nvlink_bytes_per_s: float
+    network_bytes_per_s: float         # per GPU
+    nvlink_efficiency: float = 0.8     # achieved NCCL bus bandwidth / link rate inside the domain
+    network_efficiency: float = 0.85   # achieved bus bandwidth / NIC line rate
+    nvlink_latency_s: float = 5e-6     # per-hop latency inside the domain
+    network_latency_s: float = 10e-6   # per-hop latency over InfiniBand / RoCE
+    pcie_bytes_per_s: float = 25e9
+    host_memory_bytes: float = 1024 * 2**30       # per node
+    nvme_bytes: float = 0.0                       # per node
+    nvme_bytes_per_s: float = 0.0                 # per node, read+write aggregate
+    cpu_adam_params_per_s: float = 1.0e9          # per node, DeepSpeedCPUAdam throughput
+    price_per_gpu_hour: float = 0.0
+    name: str = ""
+
+    def __post_init__(self):
+        if self.num_gpus <= 0 or self.gpus_per_node <= 0:
+            raise SpecError("cluster: num_gpus and gpus_per_node must be positive")
+        if self.num_gpus > 10_000_000:
+            raise SpecError(f"cluster: {self.num_gpus} GPUs is beyond any real cluster (max 10^7)")
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
+            raise SpecError(f"cluster: {self.num_gpus} GPUs is not a whole number of "
+                            f"{self.gpus_per_node}-GPU nodes")
+        if self.nvlink_domain <= 0:
+            raise SpecError("cluster: nvlink_domain must be positive")
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, -(-self.num_gpus // self.gpus_per_node))
+
+
+@dataclass(frozen=True, slots=True)
+class Framework:
+    """How a training framework behaves where the cost depends on its implementation."""
+
+    name: str
+    dp_overlap: float                  # share of the DP gradient reduction hidden behind backward (ZeRO >= 1)
+    dp_overlap_zero0: float            # same for plain data parallelism (ZeRO-0)
+    dp_overlap_pipelined: float        # same, when pipeline parallelism is used
+    tp_overlap: float                  # share of backward TP collectives hidden behind GEMMs
+    pp_scatter_gather: bool            # pipeline sends split over TP ranks (Megatron), or whole (DeepSpeed)
+    attention_speedup: float           # fused-attention kernel speed relative to FlashAttention-2
+    zero3_gather_efficiency: float     # achieved / ideal bandwidth of ZeRO-3 parameter gathers
+    zero3_overlap: float               # share of ZeRO-3 gathers hidden behind compute
+    param_gather_overlap: float        # share of the ZeRO-1/2 weight all-gather hidden (next forward)
+    zero3_live_layers: float           # ZeRO-3 / FSDP: layers of gathered weights alive at once
+    zero3_live_params: float           # ... capped at this many parameters (DeepSpeed max_live_parameters)
+    grad_buffer_follows_comm: bool     # 16-bit gradient buffer when gradients are reduced in 16 bits
+    saved_activation_factor: float     # saved activations relative to eager PyTorch (compilers recompute)
+    fp8_saved_input_bytes: float       # bytes per saved GEMM input under fp8 (1: Transformer Engine)
+    iteration_overhead_s: float        # per optimizer step: logging, grad-norm, loss-scale checks
+    host_overhead_s: float             # CPU time to issue one GPU kernel (eager PyTorch)
+    elementwise_traffic: float         # memory traffic of non-GEMM ops relative to unfused eager
+    state_bytes: Mapping[str, tuple]   # precision -> bytes per parameter (weights, grads, optimizer)
+    allocator_fragmentation: float     # reserved / allocated of the caching allocator
+    cuda_context_bytes: float          # CUDA context, cuBLAS/NCCL workspaces outside PyTorch
+    comm_buffer_bytes: float           # NCCL / bucket buffers held during the step
+    logits_bytes_per_element: float    # peak bytes per logit during the loss (bf16 + fp32 copy)
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSpec:
+    """What the user wants to train: the token budget and the software that runs it."""
+
+    total_tokens: float = 0.0
+    framework: str = "megatron-deepspeed"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One way to train the model; world size = tp * pp * dp * cp."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    vpp: int = 1
+    mbs: int = 1
+    gbs: int = 1
+    seq_len: int = 2048
+    zero: int = 1
+    offload_optimizer: Offload = Offload.NONE
+    offload_params: Offload = Offload.NONE
+    recompute: Recompute = Recompute.NONE
+    recompute_layers: int = 0          # full recompute: layers per stage recomputed; 0 = all
+    sequence_parallel: bool = False
+    flash_attention: bool = True
+    precision: Precision = Precision.BF16
+    sparsity: Sparsity = Sparsity.DENSE
+    density: float = 1.0               # kept weights; 2:4 is 0.5
+    grad_comm: GradComm = GradComm.FP32
+
+    def __post_init__(self):
+        for name in ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise SpecError(f"layout: {name} must be a positive integer, got {value!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise SpecError(f"layout: zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.recompute_layers < 0:
+            raise SpecError("layout: recompute_layers must be >= 0 (0 = all layers)")
+        if not 0.0 < self.density <= 1.0:
+            raise SpecError(f"layout: density must be in (0, 1], got {self.density}")
+        if self.gbs % (self.mbs * self.dp):
+            raise SpecError(f"layout: global batch {self.gbs} is not divisible by micro batch "
+                            f"{self.mbs} x dp {self.dp}; use a multiple of {self.mbs * self.dp}")
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.gbs // (self.mbs * self.dp)
+
+    def replace(self, **changes) -> "Layout":
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = value.value if isinstance(value, Enum) else value
+        return out
+
+
+LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
+_ENUM_FIELDS = {"offload_optimizer": Offload, "offload_params": Offload, "recompute": Recompute,
+                "precision": Precision, "sparsity": Sparsity, "grad_comm": GradComm}
+_BOOL_FIELDS = {"sequence_parallel", "flash_attention"}
+_FLOAT_FIELDS = {"density"}
+
+
+@dataclass(frozen=True)
+class LayoutBatch:
+    """Structure of arrays: one numpy column per `Layout` field (enums as integer codes)."""
+
+    columns: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self):
+        lengths = {len(np.atleast_1d(v)) for v in self.columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"LayoutBatch columns differ in length: {lengths}")
+
+    def __getattr__(self, name):
+        columns = object.__getattribute__(self, "columns")
+        if name in columns:
+            return columns[name]
+        raise AttributeError(name)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    @classmethod
+    def from_columns(cls, size: int | None = None, **columns) -> "LayoutBatch":
+        """Build from arrays or scalars; missing fields take `Layout`'s defaults."""
+        defaults = Layout()
+        n = size or max((len(np.atleast_1d(v)) for v in columns.values()), default=1)
+        out = {}
+        for name in LAYOUT_FIELDS:
+            value = columns.get(name, getattr(defaults, name))
+            if name in _ENUM_FIELDS and not isinstance(value, np.ndarray):
+                value = _ENUM_FIELDS[name].parse(value).code
+            dtype = np.float64 if name in _FLOAT_FIELDS else (bool if name in _BOOL_FIELDS else np.int64)
+            arr = np.asarray(value, dtype=dtype)
+            out[name] = np.broadcast_to(arr, (n,)).copy() if arr.ndim == 0 or len(arr) != n else arr
+        return cls(out)
+
+    @classmethod
+    def from_layouts(cls, layouts) -> "LayoutBatch":
+        layouts = list(layouts)
+        cols = {}
+        for name in LAYOUT_FIELDS:
+            values = [getattr(l, name) for l in layouts]
+            if name in _ENUM_FIELDS:
+                values = [v.code for v in values]
+            cols[name] = np.asarray(values, dtype=np.float64 if name in _FLOAT_FIELDS
+                                    else (bool if name in _BOOL_FIELDS else np.int64))
+        return cls(cols)
+
+    def layout(self, i: int) -> Layout:
+        kwargs = {}
+        for name in LAYOUT_FIELDS:
+            value = self.columns[name][i]
+            if name in _ENUM_FIELDS:
+                value = _ENUM_FIELDS[name].from_code(value)
+            elif name in _BOOL_FIELDS:
+                value = bool(value)
+            elif name in _FLOAT_FIELDS:
+                value = float(value)
+            else:
+                value = int(value)
+            kwargs[name] = value
+        return Layout(**kwargs)
+
+    def take(self, index) -> "LayoutBatch":
+        return LayoutBatch({k: v[index] for k, v in self.columns.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Bytes per GPU on the stage that peaks."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    logits: float
+    comm_buffers: float
+    workspace: float
+    fragmentation: float
+    cuda_context: float
+
+    @property
+    def model_states(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+    @property
+    def allocated(self) -> float:
+        """Live tensors at the peak (what torch.cuda.max_memory_allocated reports)."""
+        return self.model_states + self.activations + self.logits + self.comm_buffers + self.workspace
+
+    @property
+    def reserved(self) -> float:
+        """What PyTorch's caching allocator holds (torch.cuda.max_memory_reserved)."""
+        return self.allocated + self.fragmentation
+
+    @property
+    def total(self) -> float:
+        """Whole-process device memory (what nvidia-smi shows); must fit in HBM."""
+        return self.reserved + self.cuda_context
+
+
+@dataclass(frozen=True, slots=True)
+class TimeBreakdown:
+    """Seconds per optimizer step; the parts add up to `step`."""
+
+    compute: float
+    recompute: float
+    tp_comm: float
+    cp_comm: float
+    pp_comm: float
+    bubble: float
+    dp_comm: float
+    zero_comm: float
+    offload: float
+    optimizer: float
+    overhead: float
+
+    @property
+    def step(self) -> float:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    memory: MemoryBreakdown
+    time: TimeBreakdown
+    model_flop_per_step: float          # 6N-style model FLOPs incl. attention, no recompute
+    hardware_flop_per_step: float       # what the GPUs execute, incl. recompute
+    tokens_per_step: float
+    num_gpus: int
+    hbm_bytes: float
+    peak_flop_per_s: float              # dense peak of the layout's precision, per GPU
+    stage_layers: tuple[int, ...] = ()  # transformer layers per pipeline stage
+    host_fits: bool = True              # offloaded state fits in host memory / NVMe
+
+    @property
+    def step_time_s(self) -> float:
+        return self.time.step
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.time.step
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.num_gpus
+
+    @property
+    def model_flop_per_s_per_gpu(self) -> float:
+        return self.model_flop_per_step / self.time.step / self.num_gpus
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flop_per_s_per_gpu / self.peak_flop_per_s
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flop_per_step / self.time.step / self.num_gpus / self.peak_flop_per_s
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return self.memory.total
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.hbm_bytes - self.memory.total
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total <= self.hbm_bytes and self.host_fits
+
+    def time_to_train_s(self, tokens: float) -> float:
+        return tokens / self.tokens_per_s

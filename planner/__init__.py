@@ -1,0 +1,1 @@
+"""The planner: specs, search, emitters, report, CLI and Python API."""

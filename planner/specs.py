@@ -1,0 +1,239 @@
+"""User input -> core types: case YAML, model / cluster references, layout sections.
+
+A case has `model`, `cluster` and `parallel` sections in the schema of
+../shared/validation/README.md; `model` and `cluster` may also be a preset name or a file path.
+Optional `training` (`total_tokens`, `framework`) and top-level `framework`.
+Every field a case leaves out takes a documented default, and `Case.defaults` says which.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from costmodels import catalog
+from costmodels.errors import SpecError
+from costmodels.types import (ClusterSpec, Framework, GradComm, Layout, ModelSpec, Offload, Precision,
+                              Recompute, Sparsity, TrainingSpec)
+from costmodels.units import parse_quantity
+
+DEFAULT_FRAMEWORK = "megatron-deepspeed"
+
+# Layout defaults (documented in README "Case files"): what a case may leave out.
+LAYOUT_DEFAULTS = {
+    "cp": 1, "vpp": 1, "micro_batch": 1, "zero_stage": 1, "recompute": "none",
+    "sequence_parallel": False, "flash_attention": True, "offload_optimizer": "none",
+    "offload_params": "none", "sparsity": "dense", "grad_comm": "fp32",
+}
+
+_PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "zero_stage", "recompute",
+                  "recompute_layers", "sequence_parallel", "precision", "flash_attention", "seq_len",
+                  "seq_length", "offload_optimizer", "offload_params", "sparsity", "density", "grad_comm",
+                  "mbs", "gbs", "zero"}
+
+
+@dataclass(frozen=True)
+class Case:
+    model: ModelSpec
+    cluster: ClusterSpec
+    layout: Layout
+    framework: Framework
+    training: TrainingSpec
+    defaults: tuple[str, ...] = field(default=())
+
+
+def load_model(ref) -> ModelSpec:
+    """Preset name, YAML / config.json path, or mapping."""
+    if isinstance(ref, str) and ref.endswith(".json") and Path(ref).is_file():
+        try:
+            data = json.loads(Path(ref).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"model file '{ref}' is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"model file '{ref}' must hold a JSON object")
+        return catalog.model_from_dict(data, name=Path(ref).parent.name or Path(ref).stem)
+    return catalog.load_model(ref)
+
+
+def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
+    return catalog.load_cluster(ref, num_gpus=num_gpus, gpus_per_node=gpus_per_node)
+
+
+def _int(section: dict, key: str, what: str, default=None):
+    value = section.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise SpecError(f"{what}.{key} must be a whole number, got {value!r}")
+    return value
+
+
+def _bool(section: dict, key: str, what: str, default):
+    value = section.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise SpecError(f"{what}.{key} must be true or false, got {value!r}")
+    return value
+
+
+def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | None,
+                     defaults: list[str] | None = None) -> Layout:
+    """The `parallel` section -> Layout; missing fields take LAYOUT_DEFAULTS (recorded in `defaults`)."""
+    what = "parallel"
+    if not isinstance(section, dict):
+        raise SpecError("parallel: expected a mapping of layout fields (tp, pp, dp, ...)")
+    unknown = set(section) - _PARALLEL_KEYS
+    if unknown:
+        raise SpecError(f"parallel: unknown field(s) {', '.join(sorted(unknown))}; "
+                        f"known: {', '.join(sorted(_PARALLEL_KEYS))}")
+    used = defaults if defaults is not None else []
+
+    def take(key, fallback):
+        if section.get(key) is None:
+            used.append(f"{what}.{key} = {fallback}")
+            return fallback
+        return section[key]
+
+    def whole(key, fallback, *aliases):
+        for name in (key,) + aliases:
+            if section.get(name) is not None:
+                return _int(section, name, what)
+        return int(take(key, fallback))
+
+    tp = whole("tp", 1)
+    pp = whole("pp", 1)
+    cp = whole("cp", LAYOUT_DEFAULTS["cp"])
+    dp = _int(section, "dp", what)
+    if dp is None:
+        if cluster is None:
+            dp = 1
+            used.append(f"{what}.dp = 1")
+        else:
+            mp = tp * pp * cp
+            if cluster.num_gpus % mp:
+                raise SpecError(f"parallel: tp*pp*cp = {mp} does not divide the cluster's {cluster.num_gpus} "
+                                "GPUs; give dp or change the cluster size")
+            dp = cluster.num_gpus // mp
+            used.append(f"{what}.dp = {dp} (GPUs / (tp*pp*cp))")
+    vpp = whole("vpp", LAYOUT_DEFAULTS["vpp"])
+    mbs = whole("micro_batch", 1, "mbs")
+    gbs = _int(section, "global_batch", what)
+    if gbs is None:
+        gbs = _int(section, "gbs", what)
+    if gbs is None:
+        gbs = mbs * dp
+        used.append(f"{what}.global_batch = {gbs} (micro_batch x dp)")
+    seq = _int(section, "seq_len", what)
+    if seq is None:
+        seq = _int(section, "seq_length", what)
+    if seq is None:
+        seq = model.max_seq_len
+    zero = section.get("zero_stage", section.get("zero"))
+    if zero is None:
+        zero = LAYOUT_DEFAULTS["zero_stage"]
+        used.append(f"{what}.zero_stage = {zero}")
+    precision = section.get("precision")
+    if precision is None:
+        supports_bf16 = cluster is None or cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0
+        precision = "bf16" if supports_bf16 else "fp16"
+        used.append(f"{what}.precision = {precision}")
+    flash_default = cluster is None or cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0
+    flash = section.get("flash_attention")
+    if flash is None:
+        flash = flash_default
+        used.append(f"{what}.flash_attention = {str(flash).lower()}")
+    for key in ("recompute", "sequence_parallel", "offload_optimizer", "offload_params", "sparsity",
+                "grad_comm"):
+        if section.get(key) is None:
+            used.append(f"{what}.{key} = {str(LAYOUT_DEFAULTS[key]).lower()}")
+    sparsity = Sparsity.parse(section.get("sparsity") or LAYOUT_DEFAULTS["sparsity"])
+    density = section.get("density", 0.5 if sparsity is Sparsity.TWO_FOUR else 1.0)
+    try:
+        return Layout(
+            tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq, zero=int(zero),
+            offload_optimizer=Offload.parse(section.get("offload_optimizer") or "none"),
+            offload_params=Offload.parse(section.get("offload_params") or "none"),
+            recompute=Recompute.parse(section.get("recompute") or "none"),
+            recompute_layers=_int(section, "recompute_layers", what, 0),
+            sequence_parallel=_bool(section, "sequence_parallel", what, False),
+            flash_attention=bool(flash),
+            precision=Precision.parse(precision),
+            sparsity=sparsity, density=float(density),
+            grad_comm=GradComm.parse(section.get("grad_comm") or "fp32"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"parallel: {exc}") from None
+
+
+def _section(data: dict, key: str, required: bool = True):
+    if key not in data or data[key] is None:
+        if required:
+            raise SpecError(f"case: missing '{key}' section (a preset name, a file path or a mapping)")
+        return None
+    return data[key]
+
+
+def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
+    """A parsed case mapping -> Case. Relative file references resolve against `base_dir`."""
+    if not isinstance(data, dict):
+        raise SpecError("case: expected a mapping with model, cluster and parallel sections")
+    defaults: list[str] = []
+
+    def resolve(ref):
+        if isinstance(ref, str) and base_dir is not None and catalog.canonical_name("model", ref) is None:
+            candidate = base_dir / ref
+            if candidate.exists():
+                return str(candidate)
+        return ref
+
+    model_ref = _section(data, "model")
+    model = load_model(resolve(model_ref) if not isinstance(model_ref, dict) else model_ref)
+    cluster_raw = _section(data, "cluster")
+    parallel = _section(data, "parallel", required=False) or {}
+    if isinstance(cluster_raw, dict):
+        cluster_dict = {k: v for k, v in cluster_raw.items() if k not in ("intra_node", "inter_node")}
+        if "gpu" in cluster_dict and isinstance(cluster_dict["gpu"], str):
+            name = catalog.canonical_name("gpu", cluster_dict["gpu"])
+            if name is None and not Path(str(cluster_dict["gpu"])).exists():
+                from costmodels.errors import UnknownPresetError
+                raise UnknownPresetError("GPU", cluster_dict["gpu"], catalog.names("gpu"))
+            cluster_dict["gpu"] = name or resolve(cluster_dict["gpu"])
+        if "num_gpus" not in cluster_dict and isinstance(parallel, dict):
+            world = 1
+            for key in ("tp", "pp", "dp", "cp"):
+                world *= int(parallel.get(key) or 1)
+            cluster_dict["num_gpus"] = world
+            defaults.append(f"cluster.num_gpus = {world} (tp*pp*dp*cp)")
+        if cluster_dict.get("gpus_per_node") is None:
+            cluster_dict.pop("gpus_per_node", None)
+        cluster = catalog.cluster_from_dict(cluster_dict)
+    else:
+        world = None
+        if isinstance(parallel, dict) and all(parallel.get(k) for k in ("tp", "pp", "dp")):
+            world = int(parallel["tp"]) * int(parallel["pp"]) * int(parallel["dp"]) * int(parallel.get("cp") or 1)
+        cluster = load_cluster(resolve(cluster_raw), num_gpus=world)
+    layout = layout_from_dict(parallel, model, cluster, defaults)
+    if layout.world != cluster.num_gpus:
+        raise SpecError(f"parallel: tp*pp*dp*cp = {layout.world} GPUs but the cluster has {cluster.num_gpus}; "
+                        "make them equal")
+    training_raw = data.get("training") or {}
+    if not isinstance(training_raw, dict):
+        raise SpecError("training: expected a mapping (total_tokens, framework)")
+    fw_name = data.get("framework") or training_raw.get("framework")
+    if fw_name is None:
+        fw_name = DEFAULT_FRAMEWORK
+        defaults.append(f"framework = {DEFAULT_FRAMEWORK}")
+    framework = catalog.load_framework(fw_name)
+    total_tokens = training_raw.get("total_tokens", 0.0)
+    training = TrainingSpec(total_tokens=parse_quantity(total_tokens, what="training.total_tokens"),
+                            framework=framework.name)
+    return Case(model=model, cluster=cluster, layout=layout, framework=framework, training=training,
+                defaults=tuple(defaults))
+
+
+def load_case(path) -> Case:
+    data = catalog.read_yaml_file(path, "case")
+    return case_from_dict(data, base_dir=Path(path).parent)

@@ -1,0 +1,285 @@
+"""Check the cost model against published, measured training runs (../shared/validation).
+
+Each record becomes a `Case` through the same loader as `planner estimate`; what a record leaves
+out is filled by the per-source assumptions below, each with the reason it is made (the
+validation README, section 1.5, says which fields every source publishes).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass, replace
+from itertools import combinations
+from pathlib import Path
+
+import yaml
+
+from costmodels.errors import SpecError
+from costmodels.estimate import estimate_batch
+from costmodels.types import LayoutBatch
+from costmodels.units import GiB
+
+from .specs import case_from_dict
+
+DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "validation"
+
+
+def validation_dir(path: str | os.PathLike | None = None) -> Path:
+    """`path`, else $PLANNER_VALIDATION_DIR, else ../shared/validation next to the checkout."""
+    return Path(path or os.environ.get("PLANNER_VALIDATION_DIR") or DEFAULT_DIR)
+
+
+# Per-source assumptions for fields the sources do not publish (validation README §1.5).
+SOURCES = {
+    # Megatron-LM 2021-22 on Selene: fp16, Megatron fused softmax (no FlashAttention), GPT dropout 0.1.
+    "narayanan21": dict(framework="megatron-lm", precision="fp16", flash=False, dropout=0.1,
+                        recompute="full", vpp=1),
+    "korthikanti22": dict(framework="megatron-lm", precision="fp16", flash=False, dropout=0.1,
+                          recompute="full", vpp=1),
+    "megatron2021": dict(framework="megatron-lm", precision="fp16", flash=False, dropout=0.1,
+                         recompute="full", vpp=1),
+    # Megatron-Core functional tests: Transformer Engine fused attention, deterministic mode.
+    "mcore": dict(framework="megatron-core-deterministic", precision="bf16", flash=True, dropout=0.1,
+                  recompute="none", vpp=1, memory="allocated"),
+    # NeMo 24.07: TE fused attention, distributed optimizer, sequence parallel when tp > 1.
+    # Gradients reduced in bf16 (NeMo's default grad_reduce_in_fp32: false), so a bf16 grad buffer.
+    "nemo2407": dict(framework="megatron-core", precision="fp8", flash=True, dropout=0.0,
+                     recompute="none", vpp=1, zero=1, sp_if_tp=True, vocab=51200, grad_comm="bf16"),
+    # BLOOM on Jean Zay: Megatron-DeepSpeed, no dropout, Omni-Path 4 x 100 Gb/s per 8-GPU node,
+    # "4 inter-GPU NVLink connects" (no NVSwitch): 4 NVLink3 links = 100 GB/s each way per GPU.
+    "bloom": dict(framework="megatron-deepspeed", flash=False, dropout=0.0, recompute="full", vpp=1,
+                  network="50 Gb/s", nvlink="100 GB/s", memory="device"),
+    # MosaicML llm-foundry: FSDP, triton flash attention, MPT (ALiBi, LayerNorm, no biases, tied).
+    "mosaic": dict(framework="llm-foundry", flash=True, dropout=0.0, vpp=1, mpt=True,
+                   network="200 Gb/s"),
+    # torchtitan: FSDP2, SDPA flash attention, Llama 3 (RMSNorm, RoPE, untied), 500 W H100 96 GB.
+    # Its 'selective' is op-level checkpointing that saves every other matmul output and recomputes
+    # the rest: modelled as full recompute of half the layers (same saved share, same extra work).
+    "torchtitan": dict(framework="torchtitan", flash=True, dropout=0.0, vpp=1, llama=True,
+                       memory="reserved", gpu="H100-96GB-500W", op_sac=True),
+    # vTrain single-node runs: Megatron-DeepSpeed, fp16, full recompute, GPT-2 vocabulary 50257;
+    # intra-node bandwidth 150 GB/s as in vTrain's own configuration files (intra_node_bandwidth).
+    "vtrain": dict(framework="megatron-deepspeed", precision="fp16", flash=False, dropout=0.1,
+                   recompute="full", vpp=1, zero=0, vocab=50257),
+}
+
+# GPU strings of the records -> catalog names, where the string is not a catalog name or alias.
+GPU_NAMES = {
+    "A100-SXM (40GB/80GB not stated)": "A100-80GB",   # ASSUMED 80 GB (memory size is not stated)
+    "H100-SXM-96GB-HBM2e (500W power limit)": "H100-96GB-500W",
+    "A100": "A100-80GB",
+}
+
+
+def source_of(record_id: str) -> str:
+    prefix = record_id.split("-")[0]
+    return "bloom" if prefix.startswith("bloom") else prefix
+
+
+@dataclass(frozen=True)
+class Record:
+    id: str
+    source: str
+    case: dict                       # model / cluster / parallel / framework, ready for case_from_dict
+    measured_step_s: float | None
+    measured_memory_gib: float | None
+    memory_method: str | None        # allocated | reserved | device
+    model_key: tuple
+
+
+def _pad_vocab(vocab: int, tp: int, framework: str) -> int:
+    """Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by)."""
+    if not framework.startswith("megatron"):
+        return vocab
+    multiple = 128 * tp
+    return int(math.ceil(vocab / multiple) * multiple)
+
+
+def record_from_published(rec: dict) -> Record | None:
+    """One published_dev.yaml record -> Record, or None when it has no comparable step time."""
+    src = source_of(rec["id"])
+    measured = rec["measured"]
+    if measured.get("step_time_s") is None or src not in SOURCES:
+        return None
+    rules = SOURCES[src]
+    m, c, p = dict(rec["model"]), dict(rec["cluster"]), dict(rec["parallel"])
+    if measured.get("step_time_s") is None or any(p.get(k) is None for k in ("tp", "pp", "dp")):
+        return None
+    fw = rules["framework"]
+    if "compile" in rec["id"]:
+        fw = "torchtitan-compile"            # torchtitan rows measured with torch.compile
+    if rules.get("vocab") and m.get("vocab_size") is None:
+        m["vocab_size"] = rules["vocab"]
+    m["vocab_size"] = _pad_vocab(int(m["vocab_size"]), int(p["tp"]), fw)
+    model = {
+        "name": m["name"], "num_layers": m["num_layers"], "hidden_size": m["hidden_size"],
+        "ffn_hidden_size": m["ffn_hidden_size"], "num_attention_heads": m["num_attention_heads"],
+        "num_kv_heads": m["num_kv_heads"], "vocab_size": m["vocab_size"], "seq_length": m["seq_length"],
+        "activation": m["activation"], "hidden_dropout": rules["dropout"], "attention_dropout": rules["dropout"],
+    }
+    if rules.get("mpt"):
+        model.update(bias=False, position="alibi", tied_embeddings=True)
+    elif rules.get("llama") or m["activation"] == "swiglu":
+        model.update(bias=False, position="rope", norm="rmsnorm", tied_embeddings=False)
+    gpu = rules.get("gpu") or GPU_NAMES.get(c["gpu"], c["gpu"])
+    cluster = {"gpu": gpu, "num_gpus": c["num_gpus"], "gpus_per_node": c["gpus_per_node"]}
+    if rules.get("network"):
+        cluster["network_bandwidth"] = rules["network"]
+    if rules.get("nvlink"):
+        cluster["nvlink_bandwidth"] = rules["nvlink"]
+    parallel = {k: p[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch")}
+    parallel["vpp"] = p.get("vpp") or rules["vpp"]
+    parallel["zero_stage"] = p["zero_stage"] if p.get("zero_stage") is not None else rules.get("zero", 1)
+    parallel["recompute"] = p.get("recompute") or rules.get("recompute", "none")
+    if rules.get("op_sac") and parallel["recompute"] == "selective":
+        parallel["recompute"] = "full"
+        parallel["recompute_layers"] = max(1, m["num_layers"] // p["pp"] // 2)
+    parallel["precision"] = p.get("precision") or rules.get("precision", "bf16")
+    flash = p.get("flash_attention")
+    parallel["flash_attention"] = rules["flash"] if flash is None else flash
+    sp = p.get("sequence_parallel")
+    if sp is None:
+        sp = bool(rules.get("sp_if_tp")) and p["tp"] > 1
+    parallel["sequence_parallel"] = sp
+    if rules.get("grad_comm"):
+        parallel["grad_comm"] = rules["grad_comm"]
+    elif parallel["precision"] == "fp16":
+        parallel["grad_comm"] = "fp16"      # fp16 training all-reduces fp16 gradients
+    memory = measured.get("peak_memory_gib")
+    return Record(
+        id=rec["id"], source=src,
+        case={"model": model, "cluster": cluster, "parallel": parallel, "framework": fw},
+        measured_step_s=float(measured["step_time_s"]),
+        measured_memory_gib=float(memory) if memory is not None else None,
+        memory_method=rules.get("memory") if memory is not None else None,
+        model_key=(m["num_layers"], m["hidden_size"], m["ffn_hidden_size"], m["num_attention_heads"],
+                   m["num_kv_heads"], m["seq_length"]),
+    )
+
+
+def records_from_vtrain(path: Path) -> list[Record]:
+    """vTrain ground_truth_single.csv rows (GPT, 4h FFN, seq 1024) -> Records."""
+    rules = SOURCES["vtrain"]
+    out = []
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    for i, row in enumerate(rows[1:]):
+        gpus, gbs, mbs, h, a, layers, s, tp, dp, pp, ms = row
+        tp_i = int(tp)
+        model = {"name": f"vtrain-h{h}-l{layers}", "num_layers": int(layers), "hidden_size": int(h),
+                 "ffn_hidden_size": 4 * int(h), "num_attention_heads": int(a), "num_kv_heads": int(a),
+                 "vocab_size": _pad_vocab(rules["vocab"], tp_i, rules["framework"]), "seq_length": int(s),
+                 "activation": "gelu", "hidden_dropout": rules["dropout"],
+                 "attention_dropout": rules["dropout"], "tied_embeddings": True}
+        parallel = {"tp": tp_i, "pp": int(pp), "dp": int(dp), "cp": 1, "micro_batch": int(mbs),
+                    "global_batch": int(gbs), "zero_stage": rules["zero"], "recompute": rules["recompute"],
+                    "precision": rules["precision"], "flash_attention": False, "sequence_parallel": False,
+                    "vpp": 1, "grad_comm": "fp16"}
+        out.append(Record(
+            id=f"vtrain-{i:04d}", source="vtrain",
+            case={"model": model, "cluster": {"gpu": "A100-80GB", "num_gpus": int(gpus), "gpus_per_node": 8,
+                                              "nvlink_bandwidth": "150 GB/s"},
+                  "parallel": parallel, "framework": rules["framework"]},
+            measured_step_s=float(ms) / 1e3, measured_memory_gib=None, memory_method=None,
+            model_key=(int(layers), int(h), int(s))))
+    return out
+
+
+def load_records(directory: str | os.PathLike | None = None, include_vtrain: bool = True) -> list[Record]:
+    d = validation_dir(directory)
+    published = d / "published_dev.yaml"
+    if not published.exists():
+        raise SpecError(f"validation data not found at {d}; pass --data DIR or set PLANNER_VALIDATION_DIR")
+    records = [r for r in (record_from_published(x) for x in yaml.safe_load(published.read_text())) if r]
+    vtrain = d / "vtrain" / "ground_truth_single.csv"
+    if include_vtrain and vtrain.exists():
+        records += records_from_vtrain(vtrain)
+    return records
+
+
+@dataclass(frozen=True)
+class Result:
+    record: Record
+    predicted_step_s: float
+    predicted_memory_gib: float | None
+    fits: bool
+
+    @property
+    def step_error(self) -> float:
+        return self.predicted_step_s / self.record.measured_step_s - 1.0
+
+    @property
+    def memory_error(self) -> float | None:
+        if self.record.measured_memory_gib is None or self.predicted_memory_gib is None:
+            return None
+        return self.predicted_memory_gib / self.record.measured_memory_gib - 1.0
+
+
+def cases(records: list[Record]) -> list:
+    return [case_from_dict(rec.case) for rec in records]
+
+
+def evaluate(records: list[Record], overrides=None, prepared=None) -> list[Result]:
+    """Predict every record, vectorised over records that share model, cluster type and framework.
+    `overrides(case) -> case` lets a fit vary catalog constants; `prepared` reuses `cases(records)`."""
+    prepared = prepared if prepared is not None else cases(records)
+    if overrides is not None:
+        prepared = [overrides(c) for c in prepared]
+    groups: dict[tuple, list[int]] = {}
+    for i, case in enumerate(prepared):
+        key = (repr(case.model), repr(replace(case.cluster, num_gpus=case.cluster.gpus_per_node)),
+               repr(case.framework))
+        groups.setdefault(key, []).append(i)
+    out: list[Result | None] = [None] * len(records)
+    for idx in groups.values():
+        first = prepared[idx[0]]
+        batch = estimate_batch(first.model, first.cluster, first.framework,
+                               LayoutBatch.from_layouts([prepared[i].layout for i in idx]))
+        for row, i in enumerate(idx):
+            rec = records[i]
+            mem = None
+            if rec.memory_method:
+                column = {"allocated": "allocated_bytes", "reserved": "reserved_bytes",
+                          "device": "peak_memory_bytes"}[rec.memory_method]
+                mem = float(batch.columns[column][row]) / GiB
+            out[i] = Result(rec, float(batch.step_time_s[row]), mem, bool(batch.fits[row]))
+    return out
+
+
+def summarize(results: list[Result]) -> dict:
+    """MAPE per source and overall, worst record, memory errors, pair-order accuracy."""
+    by_source: dict[str, list[Result]] = {}
+    for r in results:
+        by_source.setdefault(r.record.source, []).append(r)
+    mape = {s: sum(abs(r.step_error) for r in rs) / len(rs) for s, rs in by_source.items()}
+    overall = sum(abs(r.step_error) for r in results) / len(results)
+    source_mean = sum(mape.values()) / len(mape)
+    worst = max(results, key=lambda r: abs(r.step_error))
+    mem = [r for r in results if r.memory_error is not None]
+    pairs = right = 0
+    groups: dict[tuple, list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.record.source == "vtrain",) + r.record.model_key, []).append(r)
+    for rs in groups.values():
+        for a, b in combinations(rs, 2):
+            ma, mb = a.record.measured_step_s, b.record.measured_step_s
+            if abs(ma - mb) / min(ma, mb) <= 0.05:
+                continue
+            pairs += 1
+            right += (ma < mb) == (a.predicted_step_s < b.predicted_step_s)
+    return {
+        "records": len(results),
+        "mape_overall": overall,
+        "mape_mean_of_sources": source_mean,
+        "mape_by_source": mape,
+        "count_by_source": {s: len(rs) for s, rs in by_source.items()},
+        "worst": (worst.record.id, worst.step_error),
+        "over_30pct": [r.record.id for r in results if abs(r.step_error) > 0.30],
+        "memory_mape": (sum(abs(r.memory_error) for r in mem) / len(mem)) if mem else None,
+        "memory_max": max((abs(r.memory_error) for r in mem), default=None),
+        "memory_over_10pct": [r.record.id for r in mem if abs(r.memory_error) > 0.10],
+        "not_fitting": [r.record.id for r in results if not r.fits],
+        "pairs": pairs,
+        "pair_order_right": right / pairs if pairs else None,
+    }

@@ -1,0 +1,225 @@
+"""Hard rules: each a small named object with a numpy check and a CP-SAT encoding.
+
+`holds(ctx, cols)` takes a mapping knob -> integer array and returns a boolean array;
+`encode(ctx, v, enforce)` adds the rule to a CP-SAT model, active when the literal `enforce` is
+true (so a solver can name the rules that conflict). Both encodings must agree; a test checks it.
+Knob values are integers: enums by their code (types.py), booleans as 0/1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from costmodels.types import ClusterSpec, GradComm, ModelSpec, Offload, Precision, Recompute, Sparsity
+
+FULL, SELECTIVE = Recompute.FULL.code, Recompute.SELECTIVE.code
+FP8, FP32 = Precision.FP8.code, Precision.FP32.code
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What the rules need besides the knobs."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    num_gpus: int
+
+    @property
+    def supported_precisions(self) -> tuple[int, ...]:
+        return tuple(p.code for p in Precision if self.cluster.gpu.supports(p))
+
+
+class Vars:
+    """CP-SAT variables of one model: a variable per knob plus cached derived literals."""
+
+    def __init__(self, model: cp_model.CpModel, knobs: dict):
+        self.m = model
+        self.x = knobs
+        self._cache: dict = {}
+
+    def __getitem__(self, name):
+        return self.x[name]
+
+    def _lit(self, key, build):
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def eq(self, name, value):
+        """Literal <=> knob == value."""
+        def build():
+            b = self.m.new_bool_var(f"{name}=={value}")
+            self.m.add(self.x[name] == value).only_enforce_if(b)
+            self.m.add(self.x[name] != value).only_enforce_if(~b)
+            return b
+        return self._lit(("eq", name, value), build)
+
+    def ge(self, name, value):
+        """Literal <=> knob >= value."""
+        def build():
+            b = self.m.new_bool_var(f"{name}>={value}")
+            self.m.add(self.x[name] >= value).only_enforce_if(b)
+            self.m.add(self.x[name] < value).only_enforce_if(~b)
+            return b
+        return self._lit(("ge", name, value), build)
+
+    def product(self, *names):
+        """Integer variable equal to the product of the knobs (always holds: a definition)."""
+        def build():
+            hi = 1
+            for n in names:
+                hi *= max(1, int(self.x[n].proto.domain[-1]))
+            prod = self.m.new_int_var(1, hi, "*".join(names))
+            self.m.add_multiplication_equality(prod, [self.x[n] for n in names])
+            return prod
+        return self._lit(("prod",) + names, build)
+
+    def remainder(self, numerator, divisor, tag):
+        """Integer variable equal to numerator % divisor (a definition)."""
+        def build():
+            hi = int(numerator) if isinstance(numerator, (int, np.integer)) else int(numerator.proto.domain[-1])
+            r = self.m.new_int_var(0, max(hi, 0), f"rem({tag})")
+            self.m.add_modulo_equality(r, numerator, divisor)
+            return r
+        return self._lit(("rem", tag), build)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    message: str                                        # str.format(model=, cluster=, n=) template
+    knobs: tuple[str, ...]
+    holds: Callable[[Ctx, dict], np.ndarray]
+    encode: Callable[[Ctx, Vars, object], None]
+
+    def describe(self, ctx: Ctx) -> str:
+        return self.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus)
+
+
+def _implies(v: Vars, enforce, conditions, constraint):
+    """constraint holds when `enforce` and every condition literal hold."""
+    constraint.only_enforce_if([enforce] + list(conditions))
+
+
+# ---- structural rules: physics and model shape, true for every framework ------------------------
+
+def _world(ctx, v, e):
+    v.m.add(v.product("tp", "pp", "dp", "cp") == ctx.num_gpus).only_enforce_if(e)
+
+
+def _tp_heads(ctx, v, e):
+    v.m.add(v.remainder(ctx.model.num_heads, v["tp"], "heads%tp") == 0).only_enforce_if(e)
+    v.m.add(v.remainder(ctx.model.num_kv_heads, v["tp"], "kv%tp") == 0).only_enforce_if(e)
+
+
+def _tp_ffn(ctx, v, e):
+    v.m.add(v.remainder(ctx.model.ffn_hidden, v["tp"], "ffn%tp") == 0).only_enforce_if(e)
+
+
+def _batch(ctx, v, e):
+    v.m.add(v.remainder(v["gbs"], v.product("mbs", "dp"), "gbs%(mbs*dp)") == 0).only_enforce_if(e)
+
+
+def _sp_seq(ctx, v, e):
+    r = v.remainder(v["seq_len"], v["tp"], "seq%tp")
+    _implies(v, e, [v.eq("sequence_parallel", 1)], v.m.add(r == 0))
+
+
+def _cp_seq(ctx, v, e):
+    two_cp = v._lit(("2cp",), lambda: _scaled(v, "cp", 2))
+    r = v.remainder(v["seq_len"], two_cp, "seq%2cp")
+    _implies(v, e, [v.ge("cp", 2)], v.m.add(r == 0))
+
+
+def _scaled(v, name, k):
+    hi = int(v.x[name].proto.domain[-1]) * k
+    out = v.m.new_int_var(k, max(hi, k), f"{k}*{name}")
+    v.m.add(out == k * v.x[name])
+    return out
+
+
+def _vpp(ctx, v, e):
+    _implies(v, e, [v.ge("vpp", 2)], v.m.add(v["pp"] >= 3))
+    r = v.remainder(ctx.model.num_layers, v.product("pp", "vpp"), "L%(pp*vpp)")
+    _implies(v, e, [v.ge("vpp", 2)], v.m.add(r == 0))
+
+
+def _recompute_layers(ctx, v, e):
+    _implies(v, e, [v.ge("recompute_layers", 1)], v.m.add(v["recompute"] == FULL))
+    _implies(v, e, [v.ge("recompute_layers", 1)],
+             v.m.add(v.product("recompute_layers", "pp") <= ctx.model.num_layers - 1))
+
+
+STRUCTURAL = (
+    Rule("world", "tp x pp x dp x cp must equal the {n} GPUs", ("tp", "pp", "dp", "cp"),
+         lambda ctx, c: c["tp"] * c["pp"] * c["dp"] * c["cp"] == ctx.num_gpus, _world),
+    Rule("tp-divides-heads", "tp must divide the {m.num_heads} attention heads and {m.num_kv_heads} "
+         "key/value heads", ("tp",),
+         lambda ctx, c: (ctx.model.num_heads % c["tp"] == 0) & (ctx.model.num_kv_heads % c["tp"] == 0),
+         _tp_heads),
+    Rule("tp-divides-ffn", "tp must divide the FFN width {m.ffn_hidden}", ("tp",),
+         lambda ctx, c: ctx.model.ffn_hidden % c["tp"] == 0, _tp_ffn),
+    Rule("tp-in-nvlink-domain", "tp must stay inside one NVLink domain ({c.nvlink_domain} GPUs)", ("tp",),
+         lambda ctx, c: c["tp"] <= ctx.cluster.nvlink_domain,
+         lambda ctx, v, e: v.m.add(v["tp"] <= ctx.cluster.nvlink_domain).only_enforce_if(e)),
+    Rule("pp-at-most-layers", "pp cannot exceed the {m.num_layers} layers", ("pp",),
+         lambda ctx, c: c["pp"] <= ctx.model.num_layers,
+         lambda ctx, v, e: v.m.add(v["pp"] <= ctx.model.num_layers).only_enforce_if(e)),
+    Rule("batch-divisible", "the global batch must be a multiple of micro batch x dp", ("gbs", "mbs", "dp"),
+         lambda ctx, c: c["gbs"] % (c["mbs"] * c["dp"]) == 0, _batch),
+    Rule("sp-needs-tp", "sequence parallelism needs tp > 1", ("sequence_parallel", "tp"),
+         lambda ctx, c: (c["sequence_parallel"] == 0) | (c["tp"] > 1),
+         lambda ctx, v, e: _implies(v, e, [v.eq("sequence_parallel", 1)], v.m.add(v["tp"] >= 2))),
+    Rule("sp-divides-seq", "with sequence parallelism tp must divide the sequence length",
+         ("sequence_parallel", "tp", "seq_len"),
+         lambda ctx, c: (c["sequence_parallel"] == 0) | (c["seq_len"] % c["tp"] == 0), _sp_seq),
+    Rule("precision-supported", "the {gpu.name} does not support this precision", ("precision",),
+         lambda ctx, c: np.isin(c["precision"], ctx.supported_precisions),
+         lambda ctx, v, e: v.m.add_linear_expression_in_domain(
+             v["precision"], cp_model.Domain.from_values(ctx.supported_precisions)).only_enforce_if(e)),
+    Rule("flash-supported", "FlashAttention needs an Ampere-or-newer GPU and 16-bit precision",
+         ("flash_attention", "precision"),
+         lambda ctx, c: (c["flash_attention"] == 0) | ((ctx.cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0)
+                                                         & (c["precision"] != FP32)),
+         lambda ctx, v, e: _implies(v, e, [v.eq("flash_attention", 1)], v.m.add(
+             v["precision"] != FP32 if ctx.cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0 else v["precision"] < 0))),
+    Rule("cp-divides-seq", "context parallelism needs a sequence length divisible by 2 x cp", ("cp", "seq_len"),
+         lambda ctx, c: (c["cp"] == 1) | (c["seq_len"] % (2 * c["cp"]) == 0), _cp_seq),
+    Rule("offload-optimizer-needs-zero", "optimizer offload needs ZeRO stage >= 1", ("offload_optimizer", "zero"),
+         lambda ctx, c: (c["offload_optimizer"] == Offload.NONE.code) | (c["zero"] >= 1),
+         lambda ctx, v, e: _implies(v, e, [v.ge("offload_optimizer", 1)], v.m.add(v["zero"] >= 1))),
+    Rule("offload-params-needs-zero3", "parameter offload needs ZeRO stage 3", ("offload_params", "zero"),
+         lambda ctx, c: (c["offload_params"] == Offload.NONE.code) | (c["zero"] == 3),
+         lambda ctx, v, e: _implies(v, e, [v.ge("offload_params", 1)], v.m.add(v["zero"] == 3))),
+    Rule("nvme-present", "NVMe offload needs NVMe in the cluster spec (nvme: ...)",
+         ("offload_optimizer", "offload_params"),
+         lambda ctx, c: (ctx.cluster.nvme_bytes > 0) | ((c["offload_optimizer"] != Offload.NVME.code)
+                                                       & (c["offload_params"] != Offload.NVME.code)),
+         lambda ctx, v, e: None if ctx.cluster.nvme_bytes > 0 else (
+             v.m.add(v["offload_optimizer"] != Offload.NVME.code).only_enforce_if(e),
+             v.m.add(v["offload_params"] != Offload.NVME.code).only_enforce_if(e))),
+    Rule("zeropp-needs-zero3", "ZeRO++ quantised communication needs ZeRO stage 3", ("grad_comm", "zero"),
+         lambda ctx, c: (c["grad_comm"] != GradComm.ZEROPP.code) | (c["zero"] == 3),
+         lambda ctx, v, e: _implies(v, e, [v.eq("grad_comm", GradComm.ZEROPP.code)], v.m.add(v["zero"] == 3))),
+    Rule("sparsity-supported", "the {gpu.name} has no 2:4 sparse tensor cores", ("sparsity",),
+         lambda ctx, c: (c["sparsity"] != Sparsity.TWO_FOUR.code) | ctx.cluster.gpu.sparse_2to4,
+         lambda ctx, v, e: None if ctx.cluster.gpu.sparse_2to4 else
+         v.m.add(v["sparsity"] != Sparsity.TWO_FOUR.code).only_enforce_if(e)),
+    Rule("recompute-layers", "a number of recomputed layers needs full recompute and fewer layers than a "
+         "pipeline stage holds", ("recompute_layers", "recompute", "pp"),
+         lambda ctx, c: (c["recompute_layers"] == 0) | ((c["recompute"] == FULL)
+                                                        & (c["recompute_layers"] * c["pp"] < ctx.model.num_layers)),
+         _recompute_layers),
+    Rule("interleaving-shape", "interleaved stages need pp > 2 and layers divisible by pp x vpp",
+         ("vpp", "pp"),
+         lambda ctx, c: (c["vpp"] == 1) | ((c["pp"] > 2) & (ctx.model.num_layers % (c["pp"] * c["vpp"]) == 0)),
+         _vpp),
+    Rule("learned-positions", "the sequence cannot exceed the {m.max_seq_len} learned position embeddings",
+         ("seq_len",),
+         lambda ctx, c: (ctx.model.position != "learned") | (c["seq_len"] <= ctx.model.max_seq_len),
+         lambda ctx, v, e: None if ctx.model.position != "learned" else
+         v.m.add(v["seq_len"] <= ctx.model.max_seq_len).only_enforce_if(e)),
+)

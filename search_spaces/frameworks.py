@@ -1,0 +1,126 @@
+"""Framework profiles: the rules of the software a plan is for, kept in one place.
+
+A profile = the structural rules (constraints.STRUCTURAL) + the framework's own rules + the cost
+model's description of it (costmodels catalog `frameworks/*.yaml`). The default target is
+microsoft/Megatron-DeepSpeed; its rules and silent no-ops are those of ../shared/megatron_deepspeed.md
+§3-4 (source lines there). `megatron-lm` is the second profile: NVIDIA Megatron-LM / Megatron-Core
+with interleaving, ring context parallelism, the distributed optimizer and fp8 with GQA.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodels.errors import UnknownPresetError
+from costmodels.types import GradComm, Offload, Sparsity
+
+from .constraints import FP8, FULL, SELECTIVE, STRUCTURAL, Rule, _implies
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    name: str
+    cost_framework: str          # costmodels catalog name
+    rules: tuple[Rule, ...]      # framework rules (structural ones are added by `all_rules`)
+    context_parallel: str        # "ulysses" (all-to-all over heads) or "ring"
+    description: str
+
+    @property
+    def all_rules(self) -> tuple[Rule, ...]:
+        return STRUCTURAL + self.rules
+
+
+def _ulysses(ctx, v, e):
+    _implies(v, e, [v.ge("cp", 2)], v.m.add(v["sequence_parallel"] == 0))
+    v.m.add(v.remainder(ctx.model.num_heads, v["cp"], "heads%cp") == 0).only_enforce_if(e)
+    v.m.add(v.remainder(ctx.model.num_kv_heads, v["cp"], "kv%cp") == 0).only_enforce_if(e)
+
+
+_DENSE_ONLY = Rule(
+    "dense-weights", "{name} has no 2:4 sparse training path; sparsity must be dense", ("sparsity",),
+    lambda ctx, c: c["sparsity"] == Sparsity.DENSE.code,
+    lambda ctx, v, e: v.m.add(v["sparsity"] == Sparsity.DENSE.code).only_enforce_if(e))
+
+MEGATRON_DEEPSPEED_RULES = (
+    Rule("mds-zero-needs-no-pipeline",
+         "ZeRO-2/3 need --no-pipeline-parallel, so pp = 1 (DeepSpeed PipelineEngine asserts ZeRO < 2)",
+         ("zero", "pp"), lambda ctx, c: (c["zero"] < 2) | (c["pp"] == 1),
+         lambda ctx, v, e: _implies(v, e, [v.ge("zero", 2)], v.m.add(v["pp"] == 1))),
+    Rule("mds-no-interleaving",
+         "Megatron-DeepSpeed has no interleaved pipeline under --deepspeed (vpp must be 1)",
+         ("vpp",), lambda ctx, c: c["vpp"] == 1,
+         lambda ctx, v, e: v.m.add(v["vpp"] == 1).only_enforce_if(e)),
+    Rule("mds-fp8-transformer-engine",
+         "fp8 needs Transformer Engine, which Megatron-DeepSpeed supports only without pipeline "
+         "parallelism and without GQA", ("precision", "pp"),
+         lambda ctx, c: (c["precision"] != FP8) | ((c["pp"] == 1) & (ctx.model.num_kv_heads == ctx.model.num_heads)),
+         lambda ctx, v, e: _implies(v, e, [v.eq("precision", FP8)], v.m.add(
+             v["pp"] == 1 if ctx.model.num_kv_heads == ctx.model.num_heads else v["pp"] < 0))),
+    Rule("mds-no-1bit", "1-bit Adam is not reachable: Megatron-DeepSpeed passes its own optimizer",
+         ("grad_comm",), lambda ctx, c: c["grad_comm"] != GradComm.ONEBIT.code,
+         lambda ctx, v, e: v.m.add(v["grad_comm"] != GradComm.ONEBIT.code).only_enforce_if(e)),
+    Rule("mds-ulysses", "DeepSpeed sequence parallelism (cp > 1) excludes --sequence-parallel and needs "
+         "cp to divide the {m.num_heads} heads and {m.num_kv_heads} key/value heads",
+         ("cp", "sequence_parallel"),
+         lambda ctx, c: (c["cp"] == 1) | ((c["sequence_parallel"] == 0) & (ctx.model.num_heads % c["cp"] == 0)
+                                          & (ctx.model.num_kv_heads % c["cp"] == 0)),
+         _ulysses),
+    Rule("mds-selective-with-flash",
+         "selective recompute does nothing with FlashAttention in Megatron-DeepSpeed", ("recompute", "flash_attention"),
+         lambda ctx, c: (c["recompute"] != SELECTIVE) | (c["flash_attention"] == 0),
+         lambda ctx, v, e: _implies(v, e, [v.eq("recompute", SELECTIVE)], v.m.add(v["flash_attention"] == 0))),
+    Rule("mds-partial-recompute-needs-no-pipeline",
+         "recomputing only some layers (--recompute-method block) does nothing under the DeepSpeed pipeline; "
+         "use pp = 1 or recompute all layers", ("recompute_layers", "pp"),
+         lambda ctx, c: (c["recompute_layers"] == 0) | (c["pp"] == 1),
+         lambda ctx, v, e: _implies(v, e, [v.ge("recompute_layers", 1)], v.m.add(v["pp"] == 1))),
+    _DENSE_ONLY,
+)
+
+MEGATRON_LM_RULES = (
+    Rule("mlm-layers-divide", "Megatron-LM needs the {m.num_layers} layers divisible by pp", ("pp",),
+         lambda ctx, c: ctx.model.num_layers % c["pp"] == 0,
+         lambda ctx, v, e: v.m.add(v.remainder(ctx.model.num_layers, v["pp"], "L%pp") == 0).only_enforce_if(e)),
+    Rule("mlm-distributed-optimizer", "Megatron-LM shards only the optimizer (distributed optimizer = ZeRO-1)",
+         ("zero",), lambda ctx, c: c["zero"] <= 1,
+         lambda ctx, v, e: v.m.add(v["zero"] <= 1).only_enforce_if(e)),
+    Rule("mlm-no-offload", "this Megatron-LM profile does not offload to CPU or NVMe",
+         ("offload_optimizer", "offload_params"),
+         lambda ctx, c: (c["offload_optimizer"] == Offload.NONE.code) & (c["offload_params"] == Offload.NONE.code),
+         lambda ctx, v, e: (v.m.add(v["offload_optimizer"] == 0).only_enforce_if(e),
+                            v.m.add(v["offload_params"] == 0).only_enforce_if(e))),
+    Rule("mlm-grad-comm", "Megatron-LM reduces gradients in fp32 or bf16 only", ("grad_comm",),
+         lambda ctx, c: c["grad_comm"] <= GradComm.BF16.code,
+         lambda ctx, v, e: v.m.add(v["grad_comm"] <= GradComm.BF16.code).only_enforce_if(e)),
+    _DENSE_ONLY,
+)
+
+PROFILES = {
+    "megatron-deepspeed": FrameworkProfile(
+        "megatron-deepspeed", "megatron-deepspeed", MEGATRON_DEEPSPEED_RULES, "ulysses",
+        "microsoft/Megatron-DeepSpeed pretrain_gpt.py with DeepSpeed (launch.sh + ds_config.json)"),
+    "megatron-lm": FrameworkProfile(
+        "megatron-lm", "megatron-core", MEGATRON_LM_RULES, "ring",
+        "NVIDIA Megatron-LM / Megatron-Core (interleaving, ring context parallel, distributed optimizer)"),
+}
+
+
+def load_profile(name: str) -> FrameworkProfile:
+    if name not in PROFILES:
+        raise UnknownPresetError("framework", name, list(PROFILES))
+    return PROFILES[name]
+
+
+def describe(rule: Rule, ctx, profile: FrameworkProfile) -> str:
+    return rule.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus,
+                               name=profile.name)
+
+
+def check_columns(rules, ctx, cols) -> np.ndarray:
+    """Boolean mask: every rule holds (numpy, vectorised over the columns)."""
+    n = len(next(iter(cols.values())))
+    ok = np.ones(n, dtype=bool)
+    for rule in rules:
+        ok &= np.broadcast_to(rule.holds(ctx, cols), (n,))
+    return ok

@@ -1,0 +1,213 @@
+"""The decision space: one declarative knob per Layout field, with its domain.
+
+`build_space` is the single source of the domains for both encodings (CP-SAT enumerates, Optuna
+samples); the hard rules live in `constraints.py` and the framework profiles in `frameworks.py`.
+Domains are deliberately wide (every divisor, every mode): the rules decide what is feasible, so
+that a pinned value a rule forbids is explained by that rule rather than silently dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from costmodels.errors import SpecError
+from costmodels.types import (ClusterSpec, GradComm, ModelSpec, Offload, Precision, Recompute,
+                              Sparsity)
+
+# Integer knobs whose rules CP-SAT enumerates together ("core"), and the categorical rest.
+CORE_KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs", "seq_len")
+CATEGORICAL_KNOBS = ("zero", "offload_optimizer", "offload_params", "recompute", "recompute_layers",
+                     "sequence_parallel", "flash_attention", "precision", "sparsity", "grad_comm")
+KNOBS = CORE_KNOBS + CATEGORICAL_KNOBS
+ENUMS = {"offload_optimizer": Offload, "offload_params": Offload, "recompute": Recompute,
+         "precision": Precision, "sparsity": Sparsity, "grad_comm": GradComm}
+BOOLS = ("sequence_parallel", "flash_attention")
+
+MAX_MICRO_BATCH = 64
+MAX_CONTEXT_PARALLEL = 64
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    domain: tuple           # integer values (enum knobs hold their integer codes, bools 0/1)
+    doc: str
+
+    def labels(self) -> tuple:
+        """Domain as people write it (enum names, true/false)."""
+        if self.name in ENUMS:
+            return tuple(ENUMS[self.name].from_code(v).value for v in self.domain)
+        if self.name in BOOLS:
+            return tuple(bool(v) for v in self.domain)
+        return self.domain
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """What the user asks for: GPUs, batch, sequence lengths, and pinned / restricted knobs.
+
+    `global_batch` in sequences, or `global_batch_tokens` = (low, high) tokens per step;
+    `choices` maps a knob to the values the user allows (a pin is a one-value choice).
+    """
+
+    num_gpus: int
+    global_batch: int | None = None
+    global_batch_tokens: tuple[float, float] | None = None
+    seq_lens: tuple[int, ...] = ()
+    choices: Mapping[str, tuple] = field(default_factory=dict)
+    total_tokens: float = 0.0
+
+
+@dataclass(frozen=True)
+class Space:
+    model: ModelSpec
+    cluster: ClusterSpec
+    request: SearchRequest
+    knobs: Mapping[str, Knob]
+
+    def domain(self, name: str) -> tuple:
+        return self.knobs[name].domain
+
+    def size(self) -> int:
+        n = 1
+        for k in self.knobs.values():
+            n *= len(k.domain)
+        return n
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, v = [], 1
+    while v <= limit:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _batch_candidates(request: SearchRequest, seq_lens: tuple[int, ...]) -> tuple[int, ...]:
+    """Global batches in sequences: the fixed one, or every 2^k and 3 x 2^k inside the token range."""
+    if request.global_batch is not None:
+        return (int(request.global_batch),)
+    if request.global_batch_tokens is None:
+        raise SpecError("give a global batch (--global-batch N sequences) or a token range "
+                        "(--global-batch-tokens LOW-HIGH)")
+    lo, hi = request.global_batch_tokens
+    if not 0 < lo <= hi:
+        raise SpecError(f"global batch token range {lo:g}-{hi:g} is empty; give LOW <= HIGH, both > 0")
+    out = set()
+    for s in seq_lens:
+        for base in (1, 3):
+            v = base
+            while v * s <= hi:
+                if v * s >= lo:
+                    out.add(v)
+                v *= 2
+    if not out:
+        raise SpecError(f"no global batch of whole sequences lies in {lo:g}-{hi:g} tokens "
+                        f"for sequence length(s) {', '.join(map(str, seq_lens))}")
+    return tuple(sorted(out))
+
+
+def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequest) -> dict:
+    n = request.num_gpus
+    divs = divisors(n)
+    seq_lens = tuple(sorted(set(request.seq_lens or (model.max_seq_len,))))
+    layers = model.num_layers
+    supported = [p.code for p in Precision if p is not Precision.FP32 and cluster.gpu.supports(p)]
+    if Precision.BF16.code in supported and Precision.FP16.code in supported:
+        supported.remove(Precision.FP16.code)     # bf16 where the GPU has it: same speed, no loss scaling
+    offloads = [Offload.NONE.code, Offload.CPU.code] + ([Offload.NVME.code] if cluster.nvme_bytes > 0 else [])
+    flash = cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0   # FlashAttention needs Ampere or newer
+    return {
+        "tp": [d for d in divs if d <= cluster.nvlink_domain],
+        "pp": [d for d in divs if d <= layers],
+        "dp": divs,
+        "cp": [d for d in _powers_of_two(MAX_CONTEXT_PARALLEL) if n % d == 0],
+        "vpp": [v for v in range(1, 9) if v * 2 <= layers or v == 1],
+        "mbs": _powers_of_two(MAX_MICRO_BATCH),
+        "gbs": list(_batch_candidates(request, seq_lens)),
+        "seq_len": list(seq_lens),
+        "zero": [0, 1, 2, 3],
+        "offload_optimizer": offloads,
+        "offload_params": offloads,
+        "recompute": [r.code for r in Recompute],
+        "recompute_layers": [0] + [k for k in _powers_of_two(layers) if k < layers],
+        "sequence_parallel": [0, 1],
+        "flash_attention": [1] if flash else [0],
+        "precision": supported,
+        "sparsity": [Sparsity.DENSE.code],
+        "grad_comm": [GradComm.FP32.code, GradComm.BF16.code, GradComm.ZEROPP.code, GradComm.ONEBIT.code],
+    }
+
+
+_DOCS = {
+    "tp": "tensor-parallel degree (--tensor-model-parallel-size)",
+    "pp": "pipeline-parallel degree (--pipeline-model-parallel-size)",
+    "dp": "data-parallel degree (world / (tp * pp * cp))",
+    "cp": "context / sequence-parallel degree over the sequence (DeepSpeed Ulysses or ring attention)",
+    "vpp": "model chunks per pipeline rank (interleaved 1F1B)",
+    "mbs": "micro batch per GPU (--micro-batch-size)",
+    "gbs": "global batch in sequences (--global-batch-size)",
+    "seq_len": "sequence length in tokens (--seq-length)",
+    "zero": "ZeRO stage 0-3 (--zero-stage, zero_optimization.stage)",
+    "offload_optimizer": "optimizer state offload: none / cpu / nvme",
+    "offload_params": "parameter offload (ZeRO-3): none / cpu / nvme",
+    "recompute": "activation recomputation: none / selective / full",
+    "recompute_layers": "with full recompute, layers per stage recomputed (0 = all)",
+    "sequence_parallel": "Megatron sequence parallelism (--sequence-parallel)",
+    "flash_attention": "FlashAttention kernels (--use-flash-attn-v2)",
+    "precision": "training precision: fp16 / bf16 / fp8",
+    "sparsity": "weight sparsity: dense / 2:4",
+    "grad_comm": "gradient communication: fp32 / bf16 / ZeRO++ quantised / 1-bit",
+}
+
+
+def parse_choice(name: str, values) -> tuple:
+    """User values for a knob ('bf16', True, 8) -> the knob's integer codes."""
+    if name not in KNOBS:
+        raise SpecError(f"unknown knob '{name}'; knobs: {', '.join(KNOBS)}")
+    out = []
+    for v in values if isinstance(values, (list, tuple)) else (values,):
+        if name in ENUMS:
+            out.append(ENUMS[name].parse(v).code)
+        elif name in BOOLS:
+            if isinstance(v, str):
+                if v.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                    raise SpecError(f"--{name.replace('_', '-')} takes true or false, got {v!r}")
+                v = v.lower() in ("true", "1", "yes", "on")
+            out.append(int(bool(v)))
+        else:
+            try:
+                iv = int(v)
+            except (TypeError, ValueError):
+                raise SpecError(f"--{name.replace('_', '-')} takes whole numbers, got {v!r}") from None
+            if iv < 0 or (iv == 0 and name not in ("zero", "recompute_layers")):
+                raise SpecError(f"--{name.replace('_', '-')} must be positive, got {iv}")
+            out.append(iv)
+    return tuple(sorted(set(out)))
+
+
+def build_space(model: ModelSpec, cluster: ClusterSpec, request: SearchRequest) -> Space:
+    """Every knob with its domain: the natural one, or the user's choice where given.
+
+    A user choice replaces the natural domain (so `--tp 3` is kept and the rules say why it fails);
+    sparsity and precisions outside the natural domain must be asked for explicitly.
+    """
+    if request.num_gpus <= 0:
+        raise SpecError("the number of GPUs must be positive")
+    if request.num_gpus > 10_000_000:
+        raise SpecError(f"{request.num_gpus} GPUs is beyond any real cluster (at most 10^7)")
+    natural = _natural_domains(model, cluster, request)
+    knobs = {}
+    for name in KNOBS:
+        domain = natural[name]
+        if name in request.choices:
+            domain = list(parse_choice(name, request.choices[name]))
+            if not domain:
+                raise SpecError(f"--{name.replace('_', '-')}: no value given")
+        knobs[name] = Knob(name, tuple(domain), _DOCS[name])
+    return Space(model=model, cluster=cluster, request=request, knobs=knobs)
