@@ -308,6 +308,9 @@ def framework_from_dict(d: dict) -> Framework:
             host_overhead_s=q("host_overhead"),
             elementwise_traffic=float(d["elementwise_traffic"]),
             state_bytes=_state_bytes(d, what),
+            state_bytes_zero0=_state_bytes(d, what, "state_bytes_zero0") if "state_bytes_zero0" in d
+            else _state_bytes(d, what),
+            zero0_shards_optimizer=tuple(d.get("zero0_shards_optimizer", []) or []),
             allocator_fragmentation=float(d["allocator_fragmentation"]),
             cuda_context_bytes=q("cuda_context"),
             comm_buffer_bytes=q("comm_buffers"),
@@ -318,13 +321,13 @@ def framework_from_dict(d: dict) -> Framework:
         raise SpecError(f"{what}: missing required field {exc}") from None
 
 
-def _state_bytes(d: dict, what: str) -> dict:
-    table = _require(d, "state_bytes", what)
+def _state_bytes(d: dict, what: str, key: str = "state_bytes") -> dict:
+    table = _require(d, key, what)
     out = {}
     for precision in ("fp32", "fp16", "bf16", "fp8"):
         row = table.get(precision) if isinstance(table, dict) else None
         if not isinstance(row, dict) or not {"weights", "grads", "optimizer"} <= set(row):
-            raise SpecError(f"{what}: state_bytes.{precision} needs weights, grads and optimizer")
+            raise SpecError(f"{what}: {key}.{precision} needs weights, grads and optimizer")
         out[precision] = (float(row["weights"]), float(row["grads"]), float(row["optimizer"]))
     return out
 

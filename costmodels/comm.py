@@ -27,7 +27,7 @@ def _ring_phase(nbytes, n, bytes_per_s, latency_s):
     """One reduce-scatter or all-gather ring over n ranks: (n-1)/n x bytes at the link rate
     plus (n-1) hop latencies (Thakur et al. 2005, §4)."""
     n = np.asarray(n, dtype=float)
-    return np.where(n > 1, (n - 1) / n * nbytes / bytes_per_s + (n - 1) * latency_s, 0.0)
+    return (n - 1) * (nbytes / (n * bytes_per_s) + latency_s)   # 0 for a group of one
 
 
 def reduce_scatter_time(nbytes, size, k, cluster: ClusterSpec):
@@ -62,8 +62,10 @@ def grad_comm_bytes_per_param(grad_comm, precision):
     """Bytes per gradient on the wire: fp32 (4), 16-bit (2), ZeRO++ int4 quantised gradients
     (0.5; Wang et al. 2023, arXiv:2306.10209, §3.3), 1-bit Adam (1/8 plus fp32 scales;
     Tang et al. 2021, arXiv:2102.02888, §3)."""
-    gc = np.asarray(grad_comm)
-    return np.select([gc == 1, gc == 2, gc == 3], [2.0, 0.5, 0.125], 4.0) + 0.0 * np.asarray(precision)
+    return _GRAD_WIRE_BYTES[np.asarray(grad_comm)]
+
+
+_GRAD_WIRE_BYTES = np.array([4.0, 2.0, 0.5, 0.125])   # by GradComm code: fp32, bf16, zeropp, 1bit
 
 
 def weight_gather_bytes_per_param(grad_comm, precision):

@@ -48,12 +48,11 @@ def gemm_rate(cluster: ClusterSpec, precision):
     """Achieved FLOP/s of large GEMMs: TF32 for fp32 training, fp8 at the measured speed-up over
     bf16 (Transformer Engine keeps some GEMM work in bf16)."""
     g = cluster.gpu
-    p = np.asarray(precision)
     fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
     half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
     fp16 = g.peak_flop_per_s.get("fp16", half)
-    peak = np.select([p == 0, p == 1, p == 3], [fp32, fp16, half * g.fp8_gemm_speedup], half)
-    return peak * g.gemm_efficiency
+    table = np.array([fp32, fp16, half, half * g.fp8_gemm_speedup]) * g.gemm_efficiency
+    return table[np.asarray(precision)]
 
 
 def attention_rate(cluster: ClusterSpec, precision):

@@ -4,6 +4,8 @@ Both run the same numpy code; `estimate` is `estimate_batch` on a batch of one.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -39,10 +41,26 @@ def _f(x):
     return np.asarray(x, dtype=float)
 
 
+_WORKERS = max(1, min(8, os.cpu_count() or 1))
+CHUNK = 8192   # rows per pass: keeps every temporary array in cache and out of mmap/page faults
+
+
 def estimate_batch(model: ModelSpec, cluster: ClusterSpec, framework: Framework,
                    layouts: LayoutBatch) -> BatchEstimate:
     """Memory per GPU (peak stage) and time per step for every layout in `layouts`."""
-    m, c, fw, lb = model, cluster, framework, layouts
+    n = len(layouts)
+    if n <= CHUNK:
+        return BatchEstimate(_estimate_chunk(model, cluster, framework, layouts))
+    def run(i):
+        return _estimate_chunk(model, cluster, framework, layouts.take(slice(i, i + CHUNK)))
+
+    # numpy releases the GIL inside each operation, so chunks score in parallel on every core.
+    with ThreadPoolExecutor(max_workers=min(_WORKERS, -(-n // CHUNK))) as pool:
+        parts = list(pool.map(run, range(0, n, CHUNK)))
+    return BatchEstimate({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+
+
+def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch) -> dict:
     tp, pp, dp, cp, vpp = _f(lb.tp), _f(lb.pp), _f(lb.dp), _f(lb.cp), _f(lb.vpp)
     mbs, gbs, seq = _f(lb.mbs), _f(lb.gbs), _f(lb.seq_len)
     zero, prec, rc = lb.zero, lb.precision, lb.recompute
@@ -241,15 +259,18 @@ def estimate_batch(model: ModelSpec, cluster: ClusterSpec, framework: Framework,
         "memory_peak_stage": np.where(last_peaks, pp - 1, 0.0),
     })
     n = len(lb)
-    return BatchEstimate({k: np.broadcast_to(np.asarray(v), (n,)) for k, v in cols.items()})
+    out = {}
+    for k, v in cols.items():
+        v = np.asarray(v)
+        out[k] = v if v.shape == (n,) else np.broadcast_to(v, (n,))
+    return out
 
 
 def _peak_for(c: ClusterSpec, precision):
     """Dense peak FLOP/s of the layout's precision (TF32 for fp32), the MFU denominator."""
     p = c.gpu.peak_flop_per_s
     fp32 = p.get("tf32") or p.get("fp32", 0.0)
-    return np.select([np.asarray(precision) == i for i in range(4)],
-                     [fp32, p.get("fp16", 0.0), p.get("bf16", 0.0), p.get("fp8", 0.0)], 0.0)
+    return np.array([fp32, p.get("fp16", 0.0), p.get("bf16", 0.0), p.get("fp8", 0.0)])[np.asarray(precision)]
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout) -> Estimate:

@@ -23,17 +23,15 @@ def activation_bytes_per_element(precision):
 _PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
 
 
-def state_bytes_per_param(precision, fw: Framework):
+def state_bytes_per_param(precision, fw: Framework, zero=1):
     """Bytes per parameter of (weights, gradients, optimizer state) in the framework's mixed-precision
     scheme; for 16-bit Adam 2 + 2 + 12 (Rajbhandari et al. 2020, arXiv:1910.02054, §3.1, K = 12),
     plus what the framework adds (fp32 gradient accumulation, fp32 gradient partitions)."""
+    with_zero = np.array([fw.state_bytes[name] for name in _PRECISIONS])   # rows by precision code
+    no_zero = np.array([fw.state_bytes_zero0[name] for name in _PRECISIONS])
     p = np.asarray(precision)
-    table = [fw.state_bytes[name] for name in _PRECISIONS]
-    return tuple(np.select([p == i for i in range(4)], [row[k] for row in table]) for k in range(3))
-
-
-def weight_bytes_per_param(precision, fw: Framework):
-    return state_bytes_per_param(precision, fw)[0]
+    z0 = np.asarray(zero) == 0
+    return tuple(np.where(z0, no_zero[p, k], with_zero[p, k]) for k in range(3))
 
 
 def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload_params,
@@ -46,13 +44,16 @@ def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload
     """
     zero = np.asarray(zero)
     shard = np.asarray(shard, dtype=float)
-    w_b, g_b, o_b = state_bytes_per_param(precision, fw)
+    w_b, g_b, o_b = state_bytes_per_param(precision, fw, zero)
+    # DeepSpeed's BF16_Optimizer shards the optimizer over data parallelism even at ZeRO stage 0.
+    shards_at_zero0 = np.array([name in fw.zero0_shards_optimizer for name in _PRECISIONS])
+    opt_sharded = (zero >= 1) | shards_at_zero0[np.asarray(precision)]
     if fw.grad_buffer_follows_comm:
         g_b = np.where(np.asarray(grad_comm) > 0, np.minimum(g_b, 2.0), g_b)
     weights = params * np.where(zero >= 3, w_b / shard, w_b)
     weights = np.where((zero >= 3) & (np.asarray(offload_params) > 0), 0.0, weights)
     grads = params * np.where(zero >= 2, g_b / shard, g_b)
-    optimizer = params * np.where(zero >= 1, o_b / shard, o_b)
+    optimizer = params * np.where(opt_sharded, o_b / shard, o_b)
     optimizer = np.where(np.asarray(offload_optimizer) > 0, 0.0, optimizer)
     return weights, grads, optimizer
 

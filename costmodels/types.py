@@ -229,11 +229,13 @@ class Framework:
     iteration_overhead_s: float        # per optimizer step: logging, grad-norm, loss-scale checks
     host_overhead_s: float             # CPU time to issue one GPU kernel (eager PyTorch)
     elementwise_traffic: float         # memory traffic of non-GEMM ops relative to unfused eager
-    state_bytes: Mapping[str, tuple]   # precision -> bytes per parameter (weights, grads, optimizer)
+    state_bytes: Mapping[str, tuple]   # precision -> bytes per parameter (weights, grads, optimizer), ZeRO >= 1
+    state_bytes_zero0: Mapping[str, tuple]   # the same without ZeRO (plain data parallelism)
     allocator_fragmentation: float     # reserved / allocated of the caching allocator
     cuda_context_bytes: float          # CUDA context, cuBLAS/NCCL workspaces outside PyTorch
     comm_buffer_bytes: float           # NCCL / bucket buffers held during the step
     logits_bytes_per_element: float    # peak bytes per logit during the loss (bf16 + fp32 copy)
+    zero0_shards_optimizer: tuple[str, ...] = ()   # precisions whose ZeRO-0 optimizer still shards (BF16_Optimizer)
     source: str = ""
 
 

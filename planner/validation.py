@@ -49,7 +49,7 @@ SOURCES = {
     # BLOOM on Jean Zay: Megatron-DeepSpeed, no dropout, Omni-Path 4 x 100 Gb/s per 8-GPU node,
     # "4 inter-GPU NVLink connects" (no NVSwitch): 4 NVLink3 links = 100 GB/s each way per GPU.
     "bloom": dict(framework="megatron-deepspeed", flash=False, dropout=0.0, recompute="full", vpp=1,
-                  network="50 Gb/s", nvlink="100 GB/s", memory="device"),
+                  network="50 Gb/s", nvlink="100 GB/s", memory="device", bf16_optimizer=True),
     # MosaicML llm-foundry: FSDP, triton flash attention, MPT (ALiBi, LayerNorm, no biases, tied).
     "mosaic": dict(framework="llm-foundry", flash=True, dropout=0.0, vpp=1, mpt=True,
                    network="200 Gb/s"),
@@ -131,6 +131,8 @@ def record_from_published(rec: dict) -> Record | None:
     parallel = {k: p[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch")}
     parallel["vpp"] = p.get("vpp") or rules["vpp"]
     parallel["zero_stage"] = p["zero_stage"] if p.get("zero_stage") is not None else rules.get("zero", 1)
+    if rules.get("bf16_optimizer") and parallel["zero_stage"] == 1 and p.get("precision") == "bf16":
+        parallel["zero_stage"] = 0      # BLOOM: ZERO_STAGE=0 + DeepSpeed BF16_Optimizer (README §1.1)
     parallel["recompute"] = p.get("recompute") or rules.get("recompute", "none")
     if rules.get("op_sac") and parallel["recompute"] == "selective":
         parallel["recompute"] = "full"
@@ -283,3 +285,41 @@ def summarize(results: list[Result]) -> dict:
         "pairs": pairs,
         "pair_order_right": right / pairs if pairs else None,
     }
+
+
+TARGETS = {"mape_overall": 0.10, "mape_per_source": 0.10, "worst_record": 0.30, "memory": 0.10,
+           "pair_order": 0.90}
+
+
+def format_table(results: list[Result], summary: dict, per_record_vtrain: bool = False) -> str:
+    """Predicted vs measured per record, then MAPE per source and the targets of issue #2."""
+    lines = [f"{'record':46s} {'measured s':>11s} {'predicted s':>11s} {'error':>7s}   memory (measured / predicted GiB, method)"]
+    for r in results:
+        if r.record.source == "vtrain" and not per_record_vtrain:
+            continue
+        mem = ""
+        if r.memory_error is not None:
+            mem = (f"   {r.record.measured_memory_gib:6.1f} / {r.predicted_memory_gib:6.1f} "
+                   f"{r.memory_error * 100:+6.1f}% ({r.record.memory_method})")
+        lines.append(f"{r.record.id:46s} {r.record.measured_step_s:11.4g} {r.predicted_step_s:11.4g} "
+                     f"{r.step_error * 100:+6.1f}%{mem}")
+    vt = [r for r in results if r.record.source == "vtrain"]
+    if vt and not per_record_vtrain:
+        lines.append(f"(vTrain: {len(vt)} rows, shown in the per-source summary; --json for all)")
+    lines.append("")
+    lines.append("step-time MAPE by source:")
+    for src, value in summary["mape_by_source"].items():
+        ok = "ok" if value <= TARGETS["mape_per_source"] else "ABOVE 10%"
+        lines.append(f"  {src:16s} {value * 100:5.1f}%  ({summary['count_by_source'][src]} runs)  {ok}")
+    lines.append(f"  {'overall':16s} {summary['mape_overall'] * 100:5.1f}%  ({summary['records']} runs)  "
+                 f"mean of sources {summary['mape_mean_of_sources'] * 100:.1f}%")
+    worst_id, worst_err = summary["worst"]
+    lines.append(f"worst record: {worst_id} {worst_err * 100:+.1f}%; "
+                 f"{len(summary['over_30pct'])} records off by more than 30%")
+    if summary["memory_mape"] is not None:
+        lines.append(f"memory: MAPE {summary['memory_mape'] * 100:.1f}%, worst {summary['memory_max'] * 100:.1f}%, "
+                     f"over 10%: {', '.join(summary['memory_over_10pct']) or 'none'}")
+    lines.append(f"published runs predicted not to fit: {', '.join(summary['not_fitting']) or 'none'}")
+    lines.append(f"same-model pairs ordered right (gap > 5%): {summary['pair_order_right'] * 100:.1f}% "
+                 f"of {summary['pairs']}")
+    return "\n".join(lines)

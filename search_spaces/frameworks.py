@@ -124,3 +124,64 @@ def check_columns(rules, ctx, cols) -> np.ndarray:
     for rule in rules:
         ok &= np.broadcast_to(rule.holds(ctx, cols), (n,))
     return ok
+
+
+def layout_columns(layout) -> dict:
+    """A Layout as one-row integer columns keyed by knob (the rules' input)."""
+    from .space import ENUMS, KNOBS
+
+    cols = {}
+    for name in KNOBS:
+        value = getattr(layout, name)
+        if name in ENUMS:
+            value = value.code
+        cols[name] = np.array([int(value)], dtype=np.int64)
+    return cols
+
+
+def violated(rules, ctx, layout) -> list[Rule]:
+    cols = layout_columns(layout)
+    return [r for r in rules if not bool(np.asarray(r.holds(ctx, cols)).reshape(-1)[0])]
+
+
+def _fix_hint(rule: Rule, ctx, layout, rules) -> str:
+    """Values of the rule's first knob that would satisfy it, others unchanged."""
+    from .space import ENUMS, build_space, SearchRequest
+
+    knob = rule.knobs[0]
+    try:
+        space = build_space(ctx.model, ctx.cluster, SearchRequest(num_gpus=ctx.num_gpus,
+                                                                  global_batch=layout.gbs,
+                                                                  seq_lens=(layout.seq_len,)))
+    except Exception:   # noqa: BLE001 - a hint is optional
+        return ""
+    good = []
+    for value in space.domain(knob):
+        trial = dict(layout_columns(layout))
+        trial[knob] = np.array([value])
+        if bool(np.asarray(rule.holds(ctx, trial)).reshape(-1)[0]):
+            good.append(ENUMS[knob].from_code(value).value if knob in ENUMS else value)
+    if not good:
+        return ""
+    shown = ", ".join(str(v) for v in good[:8]) + (" ..." if len(good) > 8 else "")
+    return f"; {knob} could be {shown}"
+
+
+def check_layout(model, cluster, layout, profile: FrameworkProfile | None = None) -> None:
+    """Raise SpecError naming the first rule the layout breaks (structural, plus the profile's)."""
+    from costmodels.errors import SpecError
+    from .constraints import Ctx
+
+    ctx = Ctx(model, cluster, layout.world)
+    rules = profile.all_rules if profile else STRUCTURAL
+    bad = violated(rules, ctx, layout)
+    if bad:
+        rule = bad[0]
+        name = profile.name if profile else "any framework"
+        raise SpecError(f"layout breaks a rule: {rule.message.format(m=model, c=cluster, gpu=cluster.gpu, n=ctx.num_gpus, name=name)}"
+                        f"{_fix_hint(rule, ctx, layout, rules)}")
+
+
+def structural_errors(case) -> None:
+    """Structural rules for a case (any framework): physics and model shape."""
+    check_layout(case.model, case.cluster, case.layout)

@@ -1,0 +1,111 @@
+"""Python API: `planner.estimate(...)` and `planner.plan(...)`.
+
+Both accept presets, file paths or mappings for the model and the cluster, exactly as the CLI.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from costmodels.estimate import estimate as _estimate
+from costmodels.types import Estimate
+from costmodels.units import GiB, HOUR
+
+from .specs import Case, case_from_dict, load_case
+
+FLOP_FORMULA = ("model FLOPs = 3 x forward: 2 FLOP per matmul weight per token (layers + output layer) "
+                "plus 4 s h per layer per token for attention (Narayanan et al. 2021 eq. 3 without "
+                "recompute, generalised to GQA / SwiGLU); MFU divides by the dense peak of the precision")
+
+
+@dataclass(frozen=True)
+class EstimateResult:
+    case: Case
+    estimate: Estimate
+    total_tokens: float = 0.0
+    defaults: tuple[str, ...] = field(default=())
+
+    @property
+    def time_to_train_s(self) -> float | None:
+        return self.estimate.time_to_train_s(self.total_tokens) if self.total_tokens else None
+
+    @property
+    def gpu_hours(self) -> float | None:
+        t = self.time_to_train_s
+        return None if t is None else t * self.estimate.num_gpus / HOUR
+
+    @property
+    def cost(self) -> float | None:
+        hours = self.gpu_hours
+        price = self.case.cluster.price_per_gpu_hour
+        return None if hours is None or not price else hours * price
+
+    def to_dict(self) -> dict:
+        return estimate_dict(self.case, self.estimate, self.total_tokens, self.defaults)
+
+
+def estimate_dict(case: Case, est: Estimate, total_tokens: float = 0.0, defaults=()) -> dict:
+    """The JSON shape of `planner estimate --json` (also used inside plan.json)."""
+    mem = {k: getattr(est.memory, k) for k in est.memory.__dataclass_fields__}
+    mem.update(allocated=est.memory.allocated, reserved=est.memory.reserved, total=est.memory.total)
+    time = {k: getattr(est.time, k) for k in est.time.__dataclass_fields__}
+    time["step"] = est.time.step
+    out = {
+        "step_time_s": est.step_time_s,
+        "tokens_per_s": est.tokens_per_s,
+        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+        "model_tflops_per_gpu": est.model_flop_per_s_per_gpu / 1e12,
+        "mfu": est.mfu,
+        "hfu": est.hfu,
+        "peak_memory_bytes": est.peak_memory_bytes,
+        "peak_memory_gib": est.peak_memory_bytes / GiB,
+        "hbm_bytes": est.hbm_bytes,
+        "headroom_bytes": est.headroom_bytes,
+        "fits": est.fits,
+        "host_memory_fits": est.host_fits,
+        "num_gpus": est.num_gpus,
+        "tokens_per_step": est.tokens_per_step,
+        "model_flop_per_step": est.model_flop_per_step,
+        "hardware_flop_per_step": est.hardware_flop_per_step,
+        "flop_formula": FLOP_FORMULA,
+        "memory_breakdown_bytes": mem,
+        "time_breakdown_s": time,
+        "stage_layers": list(est.stage_layers),
+        "framework": case.framework.name,
+        "defaults_used": list(defaults),
+    }
+    if total_tokens:
+        seconds = est.time_to_train_s(total_tokens)
+        out["training"] = {
+            "total_tokens": total_tokens,
+            "time_to_train_s": seconds,
+            "time_to_train_days": seconds / 86400,
+            "gpu_hours": seconds * est.num_gpus / HOUR,
+            "price_per_gpu_hour": case.cluster.price_per_gpu_hour,
+            "cost": seconds * est.num_gpus / HOUR * case.cluster.price_per_gpu_hour
+            if case.cluster.price_per_gpu_hour else None,
+        }
+    return out
+
+
+def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=None,
+             total_tokens=None) -> EstimateResult:
+    """Estimate memory and step time of one layout.
+
+    Either `case` (a path to a case YAML or a mapping with model / cluster / parallel sections), or
+    `model`, `cluster` and `parallel` separately (each a preset name, a path or a mapping).
+    """
+    if case is None:
+        data = {"model": model, "cluster": cluster, "parallel": parallel or {}}
+        if framework:
+            data["framework"] = framework
+        case_obj = case_from_dict(data)
+    elif isinstance(case, (str, Path)):
+        case_obj = load_case(case)
+    else:
+        case_obj = case_from_dict(dict(case))
+    from search_spaces.frameworks import structural_errors   # the same rules the planner enforces
+    structural_errors(case_obj)
+    est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
+    tokens = total_tokens if total_tokens is not None else case_obj.training.total_tokens
+    return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults)

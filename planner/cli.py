@@ -1,0 +1,146 @@
+"""The `planner` command line (click): estimate, plan, explain, catalog, validate.
+
+Every error the user can cause is a PlannerError; it becomes one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from costmodels.errors import PlannerError
+
+
+class CLIError(click.ClickException):
+    exit_code = 2
+
+    def show(self, file=None):
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def _run(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except PlannerError as exc:
+        raise CLIError(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__) from None
+    except KeyboardInterrupt:
+        raise CLIError("interrupted; nothing was written") from None
+
+
+def _dump(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default)
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if hasattr(o, "value"):
+        return o.value
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="llm-train-planner")
+def main():
+    """Plan large-language-model training: estimate, search and emit Megatron-DeepSpeed jobs."""
+
+
+@main.command()
+@click.argument("case", type=click.Path(dir_okay=True))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--tokens", type=float, default=None, help="Tokens to train on (time, GPU-hours, cost).")
+def estimate(case, as_json, tokens):
+    """Estimate memory and step time of the layout in CASE (a case YAML or a plan.json)."""
+    from . import api
+    from .text import estimate_text
+
+    def work():
+        if str(case).endswith(".json"):
+            from .emit.plan_file import case_from_plan_json
+            result = api.estimate(case_from_plan_json(case), total_tokens=tokens)
+        else:
+            result = api.estimate(case, total_tokens=tokens)
+        return result
+
+    result = _run(work)
+    if as_json:
+        click.echo(_dump(result.to_dict()))
+        return
+    c = result.case
+    title = (f"{c.model.name} on {c.layout.world} x {c.cluster.gpu.name} "
+             f"({c.cluster.gpus_per_node} per node, framework {c.framework.name})")
+    click.echo(estimate_text(title, c.layout, result.estimate, total_tokens=result.total_tokens,
+                             price=c.cluster.price_per_gpu_hour, defaults=result.defaults))
+
+
+@main.command()
+@click.argument("kind", type=click.Choice(["gpus", "models", "frameworks"]), required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def catalog(kind, as_json):
+    """List the presets: GPUs, models and frameworks."""
+    from costmodels import catalog as cat
+    from costmodels.params import total_params
+
+    kinds = [kind] if kind else ["gpus", "models", "frameworks"]
+    out = {}
+    for k in kinds:
+        singular = k[:-1]
+        entries = {}
+        for name in cat.names(singular):
+            if singular == "gpu":
+                g = cat.load_gpu(name)
+                entries[name] = {"hbm_gib": g.hbm_bytes / 2**30,
+                                 "bf16_tflops": g.peak_flop_per_s.get("bf16", g.peak_flop_per_s.get("fp16", 0)) / 1e12,
+                                 "fp8_tflops": g.peak_flop_per_s.get("fp8", 0) / 1e12,
+                                 "hbm_tb_per_s": g.hbm_bytes_per_s / 1e12}
+            elif singular == "model":
+                m = cat.load_model(name)
+                entries[name] = {"params_billion": total_params(m) / 1e9, "layers": m.num_layers,
+                                 "hidden": m.hidden, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
+                                 "seq_len": m.max_seq_len}
+            else:
+                entries[name] = {"source": cat.load_framework(name).source.split(";")[0][:80]}
+        out[k] = entries
+    if as_json:
+        click.echo(_dump(out))
+        return
+    for k, entries in out.items():
+        click.echo(f"{k}:")
+        for name, info in entries.items():
+            detail = "  ".join(f"{a}={b:.4g}" if isinstance(b, float) else f"{a}={b}" for a, b in info.items())
+            click.echo(f"  {name:18s} {detail}")
+
+
+@main.command()
+@click.option("--data", type=click.Path(file_okay=False), default=None,
+              help="Validation folder (default ../shared/validation or $PLANNER_VALIDATION_DIR).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--no-vtrain", is_flag=True, help="Skip the 1,440 vTrain rows.")
+def validate(data, as_json, no_vtrain):
+    """Compare predicted step time and memory with published measured runs."""
+    from .validation import evaluate, load_records, summarize
+
+    results = _run(lambda: evaluate(load_records(data, include_vtrain=not no_vtrain)))
+    summary = summarize(results)
+    if as_json:
+        click.echo(_dump(summary))
+        return
+    from .validation import format_table
+    click.echo(format_table(results, summary))
+
+
+from .cli_plan import explain, plan  # noqa: E402  (registers the search commands)
+
+main.add_command(plan)
+main.add_command(explain)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

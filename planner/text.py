@@ -1,0 +1,74 @@
+"""Plain-text renderings for the terminal (the markdown report lives in report.py)."""
+from __future__ import annotations
+
+from costmodels.types import Estimate, Layout
+from costmodels.units import GiB, fmt_bytes, fmt_seconds
+
+MEMORY_LABELS = {
+    "weights": "weights", "grads": "gradients", "optimizer": "optimizer state",
+    "activations": "activations", "logits": "logits (loss)", "comm_buffers": "comm buckets",
+    "workspace": "backward workspace", "fragmentation": "allocator cache", "cuda_context": "CUDA context",
+}
+TIME_LABELS = {
+    "compute": "compute", "recompute": "recompute", "tp_comm": "TP collectives", "cp_comm": "CP exchange",
+    "pp_comm": "PP send/recv", "bubble": "pipeline bubble", "dp_comm": "DP gradient sync (exposed)",
+    "zero_comm": "ZeRO-3 gathers (exposed)", "offload": "offload traffic", "optimizer": "optimizer step",
+    "overhead": "host / step overhead",
+}
+
+
+def layout_line(l: Layout) -> str:
+    flags = []
+    flags.append(f"ZeRO-{l.zero}")
+    if l.offload_optimizer.value != "none":
+        flags.append(f"optimizer->{l.offload_optimizer.value}")
+    if l.offload_params.value != "none":
+        flags.append(f"params->{l.offload_params.value}")
+    rc = l.recompute.value + (f" ({l.recompute_layers} layers/stage)" if l.recompute_layers else "")
+    flags += [f"recompute {rc}", l.precision.value]
+    if l.flash_attention:
+        flags.append("flash-attn")
+    if l.sequence_parallel:
+        flags.append("seq-parallel")
+    if l.sparsity.value != "dense":
+        flags.append(f"sparsity {l.sparsity.value}")
+    if l.grad_comm.value != "fp32":
+        flags.append(f"grad-comm {l.grad_comm.value}")
+    head = f"tp {l.tp}  pp {l.pp}" + (f" (vpp {l.vpp})" if l.vpp > 1 else "") + f"  dp {l.dp}  cp {l.cp}"
+    return (f"{head} | micro {l.mbs}  global {l.gbs}  seq {l.seq_len} "
+            f"({l.num_microbatches} micro-batches) | " + "  ".join(flags))
+
+
+def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: float = 0.0,
+                  price: float = 0.0, defaults=()) -> str:
+    lines = [title, "  " + layout_line(layout), ""]
+    lines.append(f"  step time        {fmt_seconds(est.step_time_s)}")
+    lines.append(f"  tokens/s         {est.tokens_per_s:,.0f} ({est.tokens_per_s_per_gpu:,.0f} per GPU)")
+    lines.append(f"  model TFLOP/s    {est.model_flop_per_s_per_gpu / 1e12:.1f} per GPU   "
+                 f"MFU {est.mfu * 100:.1f}%   HFU {est.hfu * 100:.1f}%")
+    status = "fits" if est.fits else "DOES NOT FIT"
+    lines.append(f"  memory per GPU   {fmt_bytes(est.peak_memory_bytes)} of {fmt_bytes(est.hbm_bytes)}  "
+                 f"({status}, headroom {fmt_bytes(est.headroom_bytes)})")
+    if not est.host_fits:
+        lines.append("  offloaded state does not fit in host memory / NVMe")
+    if total_tokens:
+        seconds = est.time_to_train_s(total_tokens)
+        gpu_h = seconds * est.num_gpus / 3600
+        cost = f", cost {price * gpu_h:,.0f}" if price else ""
+        lines.append(f"  {total_tokens:.3g} tokens in {fmt_seconds(seconds)}: {gpu_h:,.0f} GPU-hours{cost}")
+    lines.append("")
+    lines.append("  memory per GPU (peak stage)")
+    for key, label in MEMORY_LABELS.items():
+        value = getattr(est.memory, key)
+        if value:
+            lines.append(f"    {label:28s} {value / GiB:8.2f} GiB")
+    lines.append("  time per step")
+    step = est.step_time_s
+    for key, label in TIME_LABELS.items():
+        value = getattr(est.time, key)
+        if value > 1e-9:
+            lines.append(f"    {label:28s} {fmt_seconds(value):>10s}  {value / step * 100:5.1f}%")
+    if defaults:
+        lines.append("")
+        lines.append("  defaults used: " + "; ".join(defaults))
+    return "\n".join(lines)
