@@ -293,6 +293,8 @@ def framework_from_dict(d: dict) -> Framework:
             dp_overlap=float(d["dp_overlap"]),
             dp_overlap_zero0=float(d["dp_overlap_zero0"]),
             attention_speedup=float(d["attention_speedup"]),
+            context_parallel=str(d.get("context_parallel", "ring")),
+            offload_overlap=float(d.get("offload_overlap", 0.5)),
             dp_overlap_pipelined=float(d["dp_overlap_pipelined"]),
             tp_overlap=float(d["tp_overlap"]),
             pp_scatter_gather=bool(d["pp_scatter_gather"]),

@@ -51,6 +51,17 @@ def all_reduce_time(nbytes, size, k, cluster: ClusterSpec):
     return 2.0 * reduce_scatter_time(nbytes, size, k, cluster)
 
 
+def all_to_all_time(nbytes, size, k, cluster: ClusterSpec):
+    """All-to-all of `nbytes` per GPU over `size` ranks, `k` per domain: (n-1)/n of the data leaves
+    each GPU, (n-k)/n of it across domains on the GPU's NIC (Thakur et al. 2005, §5, pairwise
+    exchange); the two tiers run concurrently."""
+    size = np.asarray(size, dtype=float)
+    intra = (k - 1) / size * nbytes / (cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency)
+    inter = (size - k) / size * nbytes / (cluster.network_bytes_per_s * cluster.network_efficiency)
+    latency = (size - 1) * np.where(size > k, cluster.network_latency_s, cluster.nvlink_latency_s)
+    return np.maximum(intra, inter) + latency
+
+
 def p2p_time(nbytes, crosses_domain, cluster: ClusterSpec):
     """One point-to-point send between adjacent pipeline stages."""
     nvl = nbytes / (cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency) + cluster.nvlink_latency_s

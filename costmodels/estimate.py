@@ -79,8 +79,13 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     out_f, out_b = compute.output_layer_phases(m, c, fw, tokens=tokens, tp=tp, sp=sp, precision=prec)
     emb_f, emb_b = compute.embedding_phases(m, c, fw, tokens=tokens, tp=tp, sp=sp, precision=prec)
     kv_bytes = tokens * 2.0 * m.hidden * m.num_kv_heads / m.num_heads * e / tp
-    cp_fwd = steptime.cp_exchange_time(kv_bytes, cp, tp, fwd.attention, c)
-    cp_bwd = steptime.cp_exchange_time(2.0 * kv_bytes, cp, tp, bwd.attention, c)
+    if fw.context_parallel == "ulysses":
+        qkv = tokens * m.hidden * e / tp + kv_bytes
+        cp_fwd = steptime.ulysses_exchange_time(qkv, tokens * m.hidden * e / tp, cp, tp, c)
+        cp_bwd = cp_fwd
+    else:
+        cp_fwd = steptime.cp_exchange_time(kv_bytes, cp, tp, fwd.attention, c)
+        cp_bwd = steptime.cp_exchange_time(2.0 * kv_bytes, cp, tp, bwd.attention, c)
 
     def gpu_and_excess(phase):
         busy = phase.busy
@@ -94,7 +99,8 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     rc_tp = np.where(full_rc, recomputed * lf_tp, 0.0)
     rc_x = np.where(full_rc, recomputed * lf_x, np.where(rc == 1, layers * co_x, 0.0))
     body = {"compute": layers * (lf_gpu + lb_gpu), "recompute": rc_gpu,
-            "tp_comm": layers * (lf_tp + lb_tp) + rc_tp, "cp_comm": layers * (cp_fwd + cp_bwd),
+            "tp_comm": layers * (lf_tp + lb_tp) + rc_tp,
+            "cp_comm": layers * (cp_fwd + cp_bwd) + np.where(full_rc, recomputed * cp_fwd, 0.0),
             "excess": layers * (lf_x + lb_x) + rc_x}
     ef_gpu, ef_tp, ef_x = gpu_and_excess(emb_f)
     eb_gpu, eb_tp, eb_x = gpu_and_excess(emb_b)
@@ -128,9 +134,12 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     dp_overlap = np.where(pp > 1, fw.dp_overlap_pipelined, np.where(zero == 0, fw.dp_overlap_zero0, fw.dp_overlap))
     z2_exposed = np.where(zero == 2, np.maximum(z2_rs - dp_overlap * layers * lb_gpu, 0.0), 0.0)
     # Parameters streamed from host memory (ZeRO-Infinity offload_param) once per use.
-    param_fetch = stage_p * 2.0 * gathers / c.pcie_bytes_per_s
+    nvme_per_gpu = max(c.nvme_bytes_per_s, 1.0) / c.gpus_per_node
+    fetch_rate = np.where(lb.offload_params == 2, min(c.pcie_bytes_per_s, nvme_per_gpu), c.pcie_bytes_per_s)
+    param_fetch = stage_p * 2.0 * gathers / fetch_rate
+    hidden = fw.offload_overlap * param_fetch
     offload_p = np.where((zero >= 3) & (lb.offload_params > 0),
-                         np.maximum(param_fetch - mb_compute, 0.0), 0.0)
+                         param_fetch - hidden + np.maximum(hidden - mb_compute, 0.0), 0.0)
 
     per_mb_shared = {"pp_comm": p2p, "zero_comm": z3_exposed, "dp_comm": z2_exposed, "offload": offload_p}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .comm import all_gather_time, members_per_domain, reduce_scatter_time, all_reduce_time
+from .comm import all_gather_time, all_to_all_time, members_per_domain, reduce_scatter_time, all_reduce_time
 
 
 def pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, num_microbatches):
@@ -80,3 +80,13 @@ def cp_exchange_time(kv_bytes, cp, stride, attention_time, cluster):
     latency = np.where(inside, cluster.nvlink_latency_s, cluster.network_latency_s)
     comm = (cp - 1) * (kv_bytes / rate + latency)
     return np.where(cp > 1, np.maximum(comm - attention_time, 0.0), 0.0)
+
+
+def ulysses_exchange_time(qkv_bytes, out_bytes, cp, stride, cluster):
+    """DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv:2309.14509, §3.1): an all-to-all turns the
+    sequence-split Q, K, V into head-split ones before attention and another turns the output
+    back; not overlapped with compute."""
+    cp = np.asarray(cp, float)
+    k = members_per_domain(cp, stride, cluster.nvlink_domain)
+    t = all_to_all_time(qkv_bytes, cp, k, cluster) + all_to_all_time(out_bytes, cp, k, cluster)
+    return np.where(cp > 1, t, 0.0)

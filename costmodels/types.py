@@ -218,6 +218,8 @@ class Framework:
     tp_overlap: float                  # share of backward TP collectives hidden behind GEMMs
     pp_scatter_gather: bool            # pipeline sends split over TP ranks (Megatron), or whole (DeepSpeed)
     attention_speedup: float           # fused-attention kernel speed relative to FlashAttention-2
+    context_parallel: str              # "ulysses" (all-to-all over heads) or "ring" (K/V passed around)
+    offload_overlap: float             # share of CPU/NVMe parameter traffic hidden behind compute
     zero3_gather_efficiency: float     # achieved / ideal bandwidth of ZeRO-3 parameter gathers
     zero3_overlap: float               # share of ZeRO-3 gathers hidden behind compute
     param_gather_overlap: float        # share of the ZeRO-1/2 weight all-gather hidden (next forward)

@@ -41,10 +41,12 @@ class EstimateResult:
         return None if hours is None or not price else hours * price
 
     def to_dict(self) -> dict:
-        return estimate_dict(self.case, self.estimate, self.total_tokens, self.defaults)
+        return estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
+                             self.total_tokens, self.defaults)
 
 
-def estimate_dict(case: Case, est: Estimate, total_tokens: float = 0.0, defaults=()) -> dict:
+def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
+                  defaults=()) -> dict:
     """The JSON shape of `planner estimate --json` (also used inside plan.json)."""
     mem = {k: getattr(est.memory, k) for k in est.memory.__dataclass_fields__}
     mem.update(allocated=est.memory.allocated, reserved=est.memory.reserved, total=est.memory.total)
@@ -71,7 +73,7 @@ def estimate_dict(case: Case, est: Estimate, total_tokens: float = 0.0, defaults
         "memory_breakdown_bytes": mem,
         "time_breakdown_s": time,
         "stage_layers": list(est.stage_layers),
-        "framework": case.framework.name,
+        "framework": framework,
         "defaults_used": list(defaults),
     }
     if total_tokens:
@@ -81,9 +83,8 @@ def estimate_dict(case: Case, est: Estimate, total_tokens: float = 0.0, defaults
             "time_to_train_s": seconds,
             "time_to_train_days": seconds / 86400,
             "gpu_hours": seconds * est.num_gpus / HOUR,
-            "price_per_gpu_hour": case.cluster.price_per_gpu_hour,
-            "cost": seconds * est.num_gpus / HOUR * case.cluster.price_per_gpu_hour
-            if case.cluster.price_per_gpu_hour else None,
+            "price_per_gpu_hour": price,
+            "cost": seconds * est.num_gpus / HOUR * price if price else None,
         }
     return out
 
@@ -109,3 +110,47 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
     tokens = total_tokens if total_tokens is not None else case_obj.training.total_tokens
     return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults)
+
+
+DEFAULT_BATCH_TOKENS = (2.0**20, 2.0**22)    # 1M-4M tokens per step when no global batch is given
+
+
+def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, global_batch_tokens=None,
+         seq_lens=None, choices=None, objective="time", top_k=5, framework="megatron-deepspeed",
+         total_tokens=0.0, method="auto", storage=None, study_name=None, seed=0, trials=3000,
+         progress=None):
+    """Search the layouts of `model` on `cluster` and return a PlanResult (best first).
+
+    `model` / `cluster`: preset name, file path or mapping (cluster: GPU name = nodes of 8 unless
+    `gpus_per_node`). `choices` pins or restricts knobs: {"tp": [4, 8], "precision": ["bf16"]}.
+    """
+    from costmodels.errors import SpecError
+    from search_spaces.frameworks import load_profile
+    from search_spaces.space import SearchRequest
+
+    from .rank import parse_objectives
+    from .search import SearchSettings, search
+    from .specs import load_cluster, load_model
+
+    m = model if hasattr(model, "num_layers") else load_model(model)
+    c = load_cluster(cluster, num_gpus=gpus, gpus_per_node=gpus_per_node) if not hasattr(cluster, "gpu") else cluster
+    if gpus is not None and hasattr(cluster, "gpu"):
+        from dataclasses import replace
+        c = replace(c, num_gpus=gpus)
+    profile = load_profile(framework)
+    if global_batch is not None and global_batch_tokens is not None:
+        raise SpecError("give either a global batch in sequences or a token range, not both")
+    if global_batch is not None and (isinstance(global_batch, bool) or int(global_batch) <= 0):
+        raise SpecError(f"global batch must be a positive number of sequences, got {global_batch!r}")
+    if global_batch is None and global_batch_tokens is None:
+        global_batch_tokens = DEFAULT_BATCH_TOKENS
+    seqs = tuple(int(s) for s in (seq_lens or (m.max_seq_len,)))
+    if any(s <= 0 for s in seqs):
+        raise SpecError("sequence lengths must be positive")
+    request = SearchRequest(num_gpus=c.num_gpus, global_batch=global_batch,
+                            global_batch_tokens=global_batch_tokens, seq_lens=seqs,
+                            choices=dict(choices or {}), total_tokens=float(total_tokens or 0.0))
+    settings = SearchSettings(objectives=parse_objectives(objective), top_k=int(top_k), method=method,
+                              storage=storage, study_name=study_name, seed=int(seed), trials=int(trials),
+                              progress=progress)
+    return search(m, c, profile, request, settings)

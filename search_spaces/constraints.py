@@ -35,9 +35,10 @@ class Ctx:
 class Vars:
     """CP-SAT variables of one model: a variable per knob plus cached derived literals."""
 
-    def __init__(self, model: cp_model.CpModel, knobs: dict):
+    def __init__(self, model: cp_model.CpModel, knobs: dict, upper: dict):
         self.m = model
         self.x = knobs
+        self.upper = dict(upper)          # largest value of each variable (knobs and derived ones)
         self._cache: dict = {}
 
     def __getitem__(self, name):
@@ -71,16 +72,17 @@ class Vars:
         def build():
             hi = 1
             for n in names:
-                hi *= max(1, int(self.x[n].proto.domain[-1]))
+                hi *= max(1, self.upper[n])
             prod = self.m.new_int_var(1, hi, "*".join(names))
             self.m.add_multiplication_equality(prod, [self.x[n] for n in names])
+            self.upper[prod.name] = hi
             return prod
         return self._lit(("prod",) + names, build)
 
     def remainder(self, numerator, divisor, tag):
         """Integer variable equal to numerator % divisor (a definition)."""
         def build():
-            hi = int(numerator) if isinstance(numerator, (int, np.integer)) else int(numerator.proto.domain[-1])
+            hi = int(numerator) if isinstance(numerator, (int, np.integer)) else self.upper[numerator.name]
             r = self.m.new_int_var(0, max(hi, 0), f"rem({tag})")
             self.m.add_modulo_equality(r, numerator, divisor)
             return r
@@ -135,9 +137,10 @@ def _cp_seq(ctx, v, e):
 
 
 def _scaled(v, name, k):
-    hi = int(v.x[name].proto.domain[-1]) * k
+    hi = v.upper[name] * k
     out = v.m.new_int_var(k, max(hi, k), f"{k}*{name}")
     v.m.add(out == k * v.x[name])
+    v.upper[out.name] = hi
     return out
 
 

@@ -1,0 +1,174 @@
+"""Plan -> Megatron-DeepSpeed `pretrain_gpt.py` arguments, DeepSpeed JSON and environment.
+
+Pure functions; argument names are exactly those of microsoft/Megatron-DeepSpeed
+megatron/arguments.py (recorded in tests/data/megatron_ds_flags.txt) and the JSON keys those of
+DeepSpeed's config parser. See ../shared/megatron_deepspeed.md §2-5 for each mapping.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodels.types import GradComm, Layout, ModelSpec, Offload, Precision, Recompute
+
+MEGATRON_DEEPSPEED_COMMIT = "f4157bea69f3df8c6cb66f2ebcda66ba03d1288e"
+DEEPSPEED_REQUIREMENT = "deepspeed>=0.16.2,<0.19"     # 0.19 removed deepspeed.compression (training.py:57)
+DEEPSPEED_TESTED = "0.16.2"
+BUCKET_ELEMENTS = 500_000_000                         # what the cost model's comm_buffers assume
+
+
+@dataclass(frozen=True)
+class Job:
+    argv: tuple[str, ...]          # pretrain_gpt.py arguments, "$VARS" left for the shell
+    ds_config: dict
+    env: dict                      # variables every rank needs
+    train_iters: int
+
+
+def tokenizer_args(model: ModelSpec) -> list[str]:
+    """Placeholders the user fills in: GPT-2 BPE for GPT-style vocabularies, a Hugging Face tokenizer
+    for large vocabularies (Llama 3), SentencePiece otherwise."""
+    if model.vocab >= 100_000:
+        return ["--tokenizer-type", "HFTokenizer", "--tokenizer-model", "$TOKENIZER_MODEL"]
+    if model.gated_mlp or model.position == "rope":
+        return ["--tokenizer-type", "GPTSentencePieceTokenizer", "--tokenizer-model", "$TOKENIZER_MODEL"]
+    return ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "$VOCAB_FILE", "--merge-file", "$MERGE_FILE"]
+
+
+def model_args(model: ModelSpec, seq_len: int) -> list[str]:
+    a = ["--num-layers", model.num_layers, "--hidden-size", model.hidden,
+         "--ffn-hidden-size", model.ffn_hidden, "--num-attention-heads", model.num_heads]
+    if model.num_kv_heads != model.num_heads:
+        a += ["--num-key-value-heads", model.num_kv_heads]
+    a += ["--seq-length", seq_len, "--max-position-embeddings", max(seq_len, model.max_seq_len)]
+    if model.gated_mlp:
+        a += ["--swiglu"]
+    if model.position == "rope":
+        a += ["--use-rotary-position-embeddings"]
+    if model.norm == "rmsnorm":
+        a += ["--normalization", "rmsnorm"]
+    if not model.bias:
+        a += ["--disable-bias-linear"]
+    if not model.tied_embeddings:
+        a += ["--untie-embeddings-and-output-weights"]
+    if model.gated_mlp or model.position == "rope":
+        a += ["--no-query-key-layer-scaling"]
+    a += ["--attention-dropout", model.attention_dropout, "--hidden-dropout", model.hidden_dropout]
+    return [str(x) for x in a]
+
+
+def layout_args(layout: Layout) -> list[str]:
+    l = layout
+    a = ["--tensor-model-parallel-size", l.tp, "--pipeline-model-parallel-size", l.pp]
+    if l.pp == 1:
+        a += ["--no-pipeline-parallel"]        # GPTModel + DeepSpeedEngine (ZeRO 0-3, TE), arguments.py:954
+    if l.cp > 1:
+        a += ["--ds-sequence-parallel-size", l.cp]
+    a += ["--micro-batch-size", l.mbs, "--global-batch-size", l.gbs]
+    if l.sequence_parallel and l.tp > 1:
+        a += ["--sequence-parallel"]
+    if l.flash_attention:
+        a += ["--use-flash-attn-v2"]
+    if l.recompute is Recompute.FULL:
+        if l.recompute_layers:
+            a += ["--recompute-granularity", "full", "--recompute-method", "block",
+                  "--recompute-num-layers", l.recompute_layers]
+        else:
+            a += ["--checkpoint-activations", "--checkpoint-num-layers", 1]
+    elif l.recompute is Recompute.SELECTIVE:
+        a += ["--recompute-granularity", "selective"]
+    if l.precision is Precision.BF16:
+        a += ["--bf16"]
+    elif l.precision is Precision.FP16:
+        a += ["--fp16"]
+    elif l.precision is Precision.FP8:
+        a += ["--bf16", "--fp8-hybrid", "--transformer-impl", "transformer_engine"]
+    if l.offload_optimizer is not Offload.NONE:
+        a += ["--cpu-optimizer"]               # DeepSpeedCPUAdam, needed for ZeRO-Offload (engine.py:1298)
+    if l.offload_params is not Offload.NONE:
+        a += ["--remote-device", l.offload_params.value, "--use-pin-memory"]
+    return [str(x) for x in a]
+
+
+def training_args(train_iters: int) -> list[str]:
+    return ["--train-iters", str(train_iters), "--lr", "3.0e-4", "--min-lr", "3.0e-5",
+            "--lr-decay-style", "cosine", "--lr-warmup-iters", str(min(2000, max(1, train_iters // 100))),
+            "--weight-decay", "0.1", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--init-method-std", "0.02",
+            "--seed", "1234", "--log-interval", "10", "--eval-interval", "1000", "--eval-iters", "10",
+            "--save-interval", "1000", "--split", "949,50,1", "--num-workers", "2",
+            "--distributed-backend", "nccl", "--data-path", "$DATA_PATH", "--save", "$CHECKPOINT_PATH",
+            "--load", "$CHECKPOINT_PATH"]
+
+
+def deepspeed_args(layout: Layout) -> list[str]:
+    a = ["--deepspeed", "--deepspeed_config", "$DS_CONFIG", "--zero-stage", str(layout.zero)]
+    if layout.recompute is Recompute.FULL and not layout.recompute_layers:
+        a += ["--deepspeed-activation-checkpointing"]
+    return a
+
+
+def ds_config(layout: Layout) -> dict:
+    """DeepSpeed JSON consistent with the flags (megatron_deepspeed.md §4: JSON micro and global batch
+    must equal the flags; the stage must equal --zero-stage)."""
+    l = layout
+    cfg = {
+        "train_batch_size": l.gbs,
+        "train_micro_batch_size_per_gpu": l.mbs,
+        "gradient_accumulation_steps": l.gbs // (l.mbs * l.dp),
+        "gradient_clipping": 1.0,
+        "steps_per_print": 10,
+        "wall_clock_breakdown": False,
+        "prescale_gradients": False,
+    }
+    zero = {"stage": l.zero, "overlap_comm": True, "contiguous_gradients": True,
+            "reduce_bucket_size": BUCKET_ELEMENTS}
+    if l.zero in (1, 2):
+        zero.update(reduce_scatter=True, allgather_partitions=True, allgather_bucket_size=BUCKET_ELEMENTS)
+    if l.zero == 3:
+        zero.update(stage3_prefetch_bucket_size=50_000_000, stage3_param_persistence_threshold=100_000,
+                    stage3_max_live_parameters=1_000_000_000, stage3_max_reuse_distance=1_000_000_000,
+                    stage3_gather_16bit_weights_on_model_save=True)
+        if l.grad_comm is GradComm.ZEROPP:
+            zero.update(zero_quantized_weights=True, zero_quantized_gradients=True)
+    if l.offload_optimizer is not Offload.NONE:
+        off = {"device": l.offload_optimizer.value, "pin_memory": True}
+        if l.offload_optimizer is Offload.NVME:
+            off["nvme_path"] = "/local_nvme"
+        zero["offload_optimizer"] = off
+    if l.offload_params is not Offload.NONE:
+        off = {"device": l.offload_params.value, "pin_memory": True}
+        if l.offload_params is Offload.NVME:
+            off["nvme_path"] = "/local_nvme"
+        zero["offload_param"] = off
+    if l.zero > 0 or l.offload_optimizer is not Offload.NONE:
+        cfg["zero_optimization"] = zero
+        cfg["zero_allow_untested_optimizer"] = True
+    else:
+        cfg["zero_optimization"] = {"stage": 0}
+    if Offload.NVME in (l.offload_optimizer, l.offload_params):
+        cfg["aio"] = {"block_size": 1048576, "queue_depth": 8, "single_submit": False,
+                      "overlap_events": True, "thread_count": 1}
+    if l.precision in (Precision.BF16, Precision.FP8):
+        cfg["bf16"] = {"enabled": True}
+        if l.zero == 0:
+            cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+    elif l.precision is Precision.FP16:
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+                       "hysteresis": 2, "min_loss_scale": 1}
+    if l.grad_comm is GradComm.BF16:
+        cfg["communication_data_type"] = "fp16" if l.precision is Precision.FP16 else "bf16"
+    return cfg
+
+
+def environment(layout: Layout) -> dict:
+    env = {}
+    if layout.tp > 1 or layout.sequence_parallel:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"      # required by --sequence-parallel (arguments.py:403-411)
+    return env
+
+
+def build_job(model: ModelSpec, layout: Layout, total_tokens: float = 0.0) -> Job:
+    tokens_per_step = layout.gbs * layout.seq_len
+    train_iters = int(-(-total_tokens // tokens_per_step)) if total_tokens else 100_000
+    argv = (model_args(model, layout.seq_len) + tokenizer_args(model) + layout_args(layout)
+            + training_args(train_iters) + deepspeed_args(layout))
+    return Job(argv=tuple(argv), ds_config=ds_config(layout), env=environment(layout), train_iters=train_iters)

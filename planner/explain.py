@@ -1,0 +1,98 @@
+"""Why the best plan beats its neighbours: change one knob at a time and say what it costs.
+
+e.g. "tp 4 -> 8: +9.1% time per token (TP collectives +0.80 s/step)"; a neighbour that breaks a
+rule or does not fit says so.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodels.estimate import TIME_FIELDS, estimate_batch
+from costmodels.units import fmt_bytes
+from search_spaces.space import ENUMS, KNOBS
+
+from .text import TIME_LABELS
+
+EXPLAIN_KNOBS = ("tp", "pp", "cp", "vpp", "mbs", "zero", "recompute", "sequence_parallel", "precision",
+                 "grad_comm", "offload_optimizer", "flash_attention")
+ORDERED = {"tp", "pp", "cp", "vpp", "mbs", "zero"}
+
+
+def _label(knob, value):
+    if knob in ENUMS:
+        return ENUMS[knob].from_code(value).value
+    if knob in ("sequence_parallel", "flash_attention"):
+        return "on" if value else "off"
+    return str(value)
+
+
+def neighbours(values: dict, space) -> list[tuple[str, int, dict]]:
+    out = []
+    n = space.request.num_gpus
+    for knob in EXPLAIN_KNOBS:
+        domain = list(space.domain(knob))
+        if len(domain) < 2 or values[knob] not in domain:
+            continue
+        i = domain.index(values[knob])
+        if knob in ORDERED:
+            options = [domain[j] for j in (i - 1, i + 1) if 0 <= j < len(domain)]
+        else:
+            options = [v for v in domain if v != values[knob]]
+        for new in options:
+            changed = dict(values)
+            changed[knob] = new
+            mp = changed["tp"] * changed["pp"] * changed["cp"]
+            if n % mp:
+                continue
+            changed["dp"] = n // mp
+            out.append((knob, new, changed))
+    return out
+
+
+def why_best(result, space, ctx, cost_fw) -> list[str]:
+    from .search import columns_to_batch
+
+    best = result.best
+    values = {k: int(v) for k, v in _values(best.layout).items()}
+    cand = neighbours(values, space)
+    if not cand:
+        return []
+    rules = result.profile.all_rules
+    cols = {k: np.array([c[2][k] for c in cand], dtype=np.int64) for k in KNOBS}
+    broken = {}
+    ok = np.ones(len(cand), dtype=bool)
+    for rule in rules:
+        holds = np.broadcast_to(rule.holds(ctx, cols), ok.shape)
+        for i in np.flatnonzero(~holds & ok):
+            broken[i] = rule
+        ok &= holds
+    batch = estimate_batch(result.model, result.cluster, cost_fw, columns_to_batch(cols))
+    base_per_token = best.estimate.step_time_s / best.estimate.tokens_per_step
+    lines = []
+    for i, (knob, new, changed) in enumerate(cand):
+        head = f"{knob.replace('_', ' ')} {_label(knob, values[knob])} -> {_label(knob, new)}"
+        if i in broken:
+            r = broken[i]
+            lines.append(f"{head}: not allowed ({r.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus, name=result.profile.name)})")
+            continue
+        if not batch.fits[i]:
+            lines.append(f"{head}: does not fit ({fmt_bytes(batch.peak_memory_bytes[i])} per GPU, "
+                         f"{fmt_bytes(result.cluster.gpu.hbm_bytes)} available)")
+            continue
+        per_token = batch.step_time_s[i] / batch.tokens_per_step[i]
+        delta = per_token / base_per_token - 1.0
+        # The time component that moved most, per token so differing batches compare.
+        scale = best.estimate.tokens_per_step / batch.tokens_per_step[i]
+        moves = {f: batch.columns[f"time_{f}"][i] * scale - getattr(best.estimate.time, f) for f in TIME_FIELDS}
+        key = max(moves, key=lambda f: abs(moves[f]))
+        sign = "+" if moves[key] >= 0 else "-"
+        mem = batch.peak_memory_bytes[i] - best.estimate.memory.total
+        lines.append(f"{head}: {delta * 100:+.1f}% time per token ({TIME_LABELS[key]} {sign}{abs(moves[key]):.3g} s/step; "
+                     f"memory {'+' if mem >= 0 else '-'}{fmt_bytes(abs(mem))})")
+    return lines
+
+
+def _values(layout) -> dict:
+    from search_spaces.frameworks import layout_columns
+
+    return {k: int(v[0]) for k, v in layout_columns(layout).items()}

@@ -1,0 +1,113 @@
+"""Plan results as JSON objects and terminal text; output-directory checks."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from costmodels.errors import SpecError
+from costmodels.params import total_params
+from costmodels.units import fmt_bytes, fmt_seconds
+
+from .api import estimate_dict
+from .text import layout_line
+
+LAYOUT_KEYS = {"mbs": "micro_batch", "gbs": "global_batch", "zero": "zero_stage"}
+
+
+def layout_dict(layout) -> dict:
+    d = layout.as_dict()
+    return {LAYOUT_KEYS.get(k, k): v for k, v in d.items()}
+
+
+def plan_entry(p, result) -> dict:
+    return {"rank": p.rank, "layout": layout_dict(p.layout),
+            "estimate": estimate_dict(p.estimate, result.profile.cost_framework,
+                                      result.cluster.price_per_gpu_hour, result.request.total_tokens),
+            "objective": list(p.objective)}
+
+
+def inputs_dict(result) -> dict:
+    m, c = result.model, result.cluster
+    model = asdict(m)
+    model["total_params"] = total_params(m)
+    g = c.gpu
+    cluster = {"gpu": g.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
+               "nvlink_domain": c.nvlink_domain, "nvlink_bandwidth_bytes_per_s": c.nvlink_bytes_per_s,
+               "network_bandwidth_bytes_per_s": c.network_bytes_per_s, "hbm_bytes": g.hbm_bytes,
+               "price_per_gpu_hour": c.price_per_gpu_hour}
+    req = result.request
+    request = {"num_gpus": req.num_gpus, "global_batch": req.global_batch,
+               "global_batch_tokens": list(req.global_batch_tokens) if req.global_batch_tokens else None,
+               "seq_lens": list(req.seq_lens), "choices": {k: list(v) for k, v in req.choices.items()},
+               "total_tokens": req.total_tokens, "objectives": list(result.settings.objectives),
+               "seed": result.settings.seed}
+    return {"model": model, "cluster": cluster, "framework": result.profile.name, "request": request}
+
+
+def plan_to_dict(result) -> dict:
+    best = result.best
+    return {
+        "layout": layout_dict(best.layout),
+        "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
+                                  result.cluster.price_per_gpu_hour, result.request.total_tokens),
+        "runner_ups": [plan_entry(p, result) for p in result.runner_ups],
+        "pareto": [plan_entry(p, result) for p in result.pareto],
+        "why": result.why,
+        "search": {"method": result.method, "layouts_in_space": result.considered,
+                   "layouts_satisfying_rules": result.lattice, "layouts_scored": result.scored,
+                   "layouts_fitting": result.fitting, "study": result.study},
+        "inputs": inputs_dict(result),
+        "candidates": result.candidates,
+    }
+
+
+def plan_text(result) -> str:
+    best = result.best
+    e = best.estimate
+    lines = [f"{result.model.name} on {result.cluster.num_gpus} x {result.cluster.gpu.name} "
+             f"({result.profile.name}): best of {result.fitting:,} fitting layouts "
+             f"({result.lattice:,} satisfy the rules, {result.considered:,} in the space; {result.method}, "
+             f"{result.seconds:.2f} s)", "",
+             "  " + layout_line(best.layout),
+             f"  step {fmt_seconds(e.step_time_s)}  {e.tokens_per_s_per_gpu:,.0f} tokens/s/GPU  "
+             f"MFU {e.mfu * 100:.1f}%  memory {fmt_bytes(e.memory.total)} of {fmt_bytes(e.hbm_bytes)}"]
+    if result.request.total_tokens:
+        t = e.time_to_train_s(result.request.total_tokens)
+        lines.append(f"  {result.request.total_tokens:.3g} tokens: {fmt_seconds(t)}, "
+                     f"{t * e.num_gpus / 3600:,.0f} GPU-hours")
+    if result.runner_ups:
+        lines += ["", "runner-ups:"]
+        for p in result.runner_ups:
+            lines.append(f"  {p.rank}. {layout_line(p.layout)}  {fmt_seconds(p.estimate.step_time_s)}  "
+                         f"{p.estimate.step_time_s / p.estimate.tokens_per_step / (e.step_time_s / e.tokens_per_step) * 100 - 100:+.1f}%  "
+                         f"{fmt_bytes(p.estimate.memory.total)}")
+    if result.why:
+        lines += ["", "why this layout (one knob changed at a time):"]
+        lines += [f"  {w}" for w in result.why]
+    if result.pareto:
+        lines += ["", f"Pareto front ({' vs '.join(result.settings.objectives)}): {len(result.pareto)} layouts"]
+        for p in result.pareto[:10]:
+            lines.append(f"  {layout_line(p.layout)}  {fmt_seconds(p.estimate.step_time_s)}  "
+                         f"{fmt_bytes(p.estimate.memory.total)}")
+    return "\n".join(lines)
+
+
+def check_out_dir(out, force: bool) -> None:
+    """Refuse an existing output without --force, and a location that cannot be written."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise SpecError(f"--out {out} exists and is not a directory")
+    if p.exists() and not force:
+        raise SpecError(f"--out {out} already exists; pass --force to replace it")
+    parent = p.resolve().parent
+    if not parent.exists():
+        raise SpecError(f"--out {out}: parent directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise SpecError(f"--out {out}: cannot write in {parent}")
+
+
+def default_storage(out) -> str:
+    """SQLite file next to the output directory (not inside: the directory is replaced atomically)."""
+    p = Path(out).resolve()
+    return f"sqlite:///{p.parent / (p.name + '.optuna.db')}"

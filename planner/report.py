@@ -1,0 +1,194 @@
+"""report.md and its PNG figures, rendered from the plan.json data alone (so `planner explain`
+re-renders the same report)."""
+from __future__ import annotations
+
+import io
+
+from costmodels.units import GiB, fmt_bytes, fmt_seconds
+
+from .text import MEMORY_LABELS, TIME_LABELS
+
+SOURCES = [
+    ("Model FLOPs", "Narayanan et al. 2021 (arXiv:2104.04473) eq. 3; Korthikanti et al. 2022 (arXiv:2205.05198) eq. 7"),
+    ("Activation memory", "Korthikanti et al. 2022 §4, Table 2 (sbh(34 + 5as/h), sequence parallelism, selective recompute)"),
+    ("Optimizer / ZeRO memory", "Rajbhandari et al. 2020 (arXiv:1910.02054) §3.1 and Fig. 1; DeepSpeed BF16_Optimizer"),
+    ("Pipeline schedule and bubble", "Narayanan et al. 2021 §2.2 (1F1B, interleaved: (p-1)/(v m))"),
+    ("Collectives", "Thakur et al. 2005; Patarasuk & Yuan 2009 (ring all-reduce 2(n-1)/n); hierarchical per NVLink domain"),
+    ("ZeRO-Offload / Infinity", "Ren et al. 2021 (arXiv:2101.06840); Rajbhandari et al. 2021 (arXiv:2104.07857)"),
+    ("Sequence parallel (Ulysses)", "Jacobs et al. 2023 (arXiv:2309.14509) §3.1"),
+    ("FlashAttention", "Dao 2023 (arXiv:2307.08691)"),
+    ("Efficiency constants", "fitted to ../shared/validation (benchmarks/fit.py); `planner validate` prints the error per run"),
+]
+
+
+def _fig_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_figures(data: dict, result=None) -> dict[str, bytes]:
+    """memory.png, time.png, layouts.png, tradeoff.png (deterministic PNGs, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.hashsalt": "planner", "font.size": 9})
+    est = data["estimate"]
+    figs = {}
+
+    mem = est["memory_breakdown_bytes"]
+    keys = [k for k in MEMORY_LABELS if mem.get(k, 0) > 0]
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    left = 0.0
+    for i, k in enumerate(keys):
+        v = mem[k] / GiB
+        ax.barh([0], [v], left=left, color=plt.cm.tab10(i % 10), label=MEMORY_LABELS[k])
+        left += v
+    ax.axvline(est["hbm_bytes"] / GiB, color="black", linestyle="--", label="HBM")
+    ax.set_yticks([])
+    ax.set_xlabel("GiB per GPU (peak pipeline stage)")
+    ax.set_title("Memory per GPU")
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    fig.tight_layout()
+    figs["memory.png"] = _fig_bytes(fig)
+
+    t = est["time_breakdown_s"]
+    keys = [k for k in TIME_LABELS if t.get(k, 0) > 1e-9]
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.barh([TIME_LABELS[k] for k in keys], [t[k] for k in keys], color="tab:blue")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per step")
+    ax.set_title(f"Step time {fmt_seconds(est['step_time_s'])}")
+    fig.tight_layout()
+    figs["time.png"] = _fig_bytes(fig)
+
+    rows = [("best", est)] + [(f"#{r['rank']}", r["estimate"]) for r in data.get("runner_ups", [])]
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.bar([r[0] for r in rows], [r[1]["tokens_per_s_per_gpu"] for r in rows], color="tab:green")
+    ax.set_ylabel("tokens/s per GPU")
+    ax.set_title("Best layout and runner-ups")
+    fig.tight_layout()
+    figs["layouts.png"] = _fig_bytes(fig)
+
+    cand = data.get("candidates", [])
+    if cand:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        xs = [c[1] for c in cand]
+        ys = [c[0] for c in cand]
+        ax.scatter(xs, ys, s=8, color="tab:gray", alpha=0.6, label="scored layouts that fit")
+        front = _front(cand)
+        ax.plot([c[1] for c in front], [c[0] for c in front], color="tab:red", marker="o", ms=3,
+                label="Pareto front")
+        ax.scatter([est["peak_memory_bytes"] / GiB], [est["tokens_per_s_per_gpu"]], color="tab:blue", s=40,
+                   zorder=5, label="chosen")
+        ax.axvline(est["hbm_bytes"] / GiB, color="black", linestyle="--", linewidth=0.8)
+        ax.set_xlabel("GiB per GPU")
+        ax.set_ylabel("tokens/s per GPU")
+        ax.set_title("Throughput / memory trade-off")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        figs["tradeoff.png"] = _fig_bytes(fig)
+    return figs
+
+
+def _front(cand):
+    """Highest throughput for at most this memory (sorted by memory)."""
+    out, best = [], -1.0
+    for tps, mem in sorted(cand, key=lambda c: (c[1], -c[0])):
+        if tps > best:
+            out.append((tps, mem))
+            best = tps
+    return out
+
+
+def _layout_text(l: dict) -> str:
+    parts = [f"tp {l['tp']}", f"pp {l['pp']}", f"dp {l['dp']}"]
+    if l["cp"] > 1:
+        parts.append(f"cp {l['cp']} (DeepSpeed-Ulysses)")
+    if l["vpp"] > 1:
+        parts.append(f"vpp {l['vpp']}")
+    parts += [f"micro batch {l['micro_batch']}", f"global batch {l['global_batch']}", f"seq {l['seq_len']}",
+              f"ZeRO-{l['zero_stage']}", f"recompute {l['recompute']}" + (f" ({l['recompute_layers']} layers per stage)" if l.get("recompute_layers") else ""), l["precision"]]
+    if l["sequence_parallel"]:
+        parts.append("sequence parallel")
+    if l["flash_attention"]:
+        parts.append("FlashAttention-2")
+    if l["offload_optimizer"] != "none":
+        parts.append(f"optimizer offload to {l['offload_optimizer']}")
+    if l["offload_params"] != "none":
+        parts.append(f"parameter offload to {l['offload_params']}")
+    if l["grad_comm"] != "fp32":
+        parts.append(f"gradient communication {l['grad_comm']}")
+    return ", ".join(parts)
+
+
+def render_report(data: dict, figures: dict) -> str:
+    inp = data["inputs"]
+    m, c, est, l = inp["model"], inp["cluster"], data["estimate"], data["layout"]
+    lines = [f"# Training plan: {m['name']} on {c['num_gpus']} x {c['gpu']}", ""]
+    lines.append(f"Framework: **{inp['framework']}**. Model: {m['total_params'] / 1e9:.2f}B parameters, "
+                 f"{m['num_layers']} layers, hidden {m['hidden']}, {m['num_heads']} heads "
+                 f"({m['num_kv_heads']} key/value), vocabulary {m['vocab']}.")
+    lines += ["", "## The plan", "", _layout_text(l), ""]
+    lines.append(f"- **Step time** {fmt_seconds(est['step_time_s'])} for {est['tokens_per_step']:,.0f} tokens: "
+                 f"{est['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, {est['model_tflops_per_gpu']:.0f} "
+                 f"model TFLOP/s per GPU, **MFU {est['mfu'] * 100:.1f}%**.")
+    lines.append(f"- **Memory** {fmt_bytes(est['peak_memory_bytes'])} of {fmt_bytes(est['hbm_bytes'])} per GPU "
+                 f"(headroom {fmt_bytes(est['headroom_bytes'])}).")
+    if est.get("training"):
+        tr = est["training"]
+        cost = f", cost {tr['cost']:,.0f}" if tr.get("cost") else ""
+        lines.append(f"- **Training** {tr['total_tokens']:.3g} tokens: {tr['time_to_train_days']:.1f} days, "
+                     f"{tr['gpu_hours']:,.0f} GPU-hours{cost}.")
+    s = data["search"]
+    lines.append(f"- **Search**: {s['layouts_in_space']:,} layouts in the space, {s['layouts_satisfying_rules']:,} "
+                 f"satisfy the framework's rules, {s['layouts_scored']:,} scored, {s['layouts_fitting']:,} fit "
+                 f"({s['method']}).")
+    if data.get("why"):
+        lines += ["", "## Why this layout", "", "Each line changes one knob of the plan and re-estimates:", ""]
+        lines += [f"- {w}" for w in data["why"]]
+    if data.get("runner_ups"):
+        lines += ["", "## Runner-ups", "", "| # | layout | step | tokens/s/GPU | memory |", "|---|---|---|---|---|"]
+        for r in data["runner_ups"]:
+            e = r["estimate"]
+            lines.append(f"| {r['rank']} | {_layout_text(r['layout'])} | {fmt_seconds(e['step_time_s'])} | "
+                         f"{e['tokens_per_s_per_gpu']:,.0f} | {fmt_bytes(e['peak_memory_bytes'])} |")
+    lines += ["", "## Memory per GPU", "", "| part | GiB |", "|---|---|"]
+    for k, label in MEMORY_LABELS.items():
+        v = est["memory_breakdown_bytes"].get(k, 0)
+        if v:
+            lines.append(f"| {label} | {v / GiB:.2f} |")
+    if "memory.png" in figures:
+        lines += ["", "![memory](memory.png)"]
+    lines += ["", "## Time per step", "", "| part | seconds | share |", "|---|---|---|"]
+    step = est["step_time_s"]
+    for k, label in TIME_LABELS.items():
+        v = est["time_breakdown_s"].get(k, 0)
+        if v > 1e-9:
+            lines.append(f"| {label} | {v:.4g} | {v / step * 100:.1f}% |")
+    if "time.png" in figures:
+        lines += ["", "![time](time.png)"]
+    if "layouts.png" in figures:
+        lines += ["", "![layouts](layouts.png)"]
+    if "tradeoff.png" in figures:
+        lines += ["", "## Trade-off", "", "![tradeoff](tradeoff.png)"]
+    if data.get("megatron_args"):
+        req = data["requires"]
+        lines += ["", "## Running it", "",
+                  f"`launch.sh` starts Megatron-DeepSpeed's `pretrain_gpt.py` with the `{data['launcher']}` launcher "
+                  f"(`LAUNCHER=torchrun` for torchrun) and `ds_config.json`. It needs DeepSpeed `{req['deepspeed']}` "
+                  f"(tested {req['deepspeed_tested']}; 0.19 dropped `deepspeed.compression`, which Megatron-DeepSpeed "
+                  f"imports) and Megatron-DeepSpeed at or near commit `{req['megatron_deepspeed_commit'][:8]}`. "
+                  "Fill in the data, checkpoint and tokenizer paths at the top of the script."]
+        if data.get("env"):
+            lines.append("Environment for every rank (also in `.deepspeed_env` for multi-node runs): "
+                         + ", ".join(f"`{k}={v}`" for k, v in sorted(data["env"].items())) + ".")
+    lines += ["", "## Where the numbers come from", "", est["flop_formula"] + ".", ""]
+    lines += [f"- {a}: {b}" for a, b in SOURCES]
+    lines.append("")
+    return "\n".join(lines)

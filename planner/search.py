@@ -1,0 +1,471 @@
+"""Search orchestration: CP-SAT lattice + vectorised scoring, or an Optuna study when too large.
+
+Flow: build_space -> CP-SAT enumerates the feasible lattice (core x categorical, cross rules in
+numpy) -> estimate_batch scores it in chunks -> mask what fits -> rank -> top K; every emitted plan
+is checked again by CP-SAT. When the lattice exceeds LATTICE_LIMIT layouts an Optuna study (TPE,
+NSGA-II for two objectives) samples the same knobs, seeded with good layouts, with a fixed seed.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from costmodels import catalog
+from costmodels.errors import InfeasibleError, SpecError
+from costmodels.estimate import estimate, estimate_batch
+from costmodels.types import ClusterSpec, Estimate, Layout, LayoutBatch, ModelSpec, Sparsity
+from costmodels.units import GiB, fmt_bytes
+from search_spaces import cpsat
+from search_spaces.constraints import Ctx
+from search_spaces.frameworks import FrameworkProfile, layout_columns
+from search_spaces.space import CORE_KNOBS, ENUMS, KNOBS, SearchRequest, Space, build_space
+
+from .rank import objective_values, order, pareto_front
+
+LATTICE_LIMIT = 4_000_000      # layouts scored exhaustively; above this Optuna samples
+SCORE_CHUNK = 400_000          # layouts per estimate_batch call (bounds memory)
+KEEP = 512                     # best layouts kept per chunk for ranking and runner-ups
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    objectives: tuple[str, ...] = ("time",)
+    top_k: int = 5
+    method: str = "auto"                 # auto | lattice | optuna | exhaustive (reference)
+    storage: str | None = None           # Optuna storage URL (SQLite file or RDB)
+    study_name: str | None = None
+    seed: int = 0
+    trials: int = 3000
+    progress: object = None              # callable(done, total, best_value) or None
+
+
+@dataclass(frozen=True)
+class Plan:
+    rank: int
+    layout: Layout
+    estimate: Estimate
+    objective: tuple[float, ...]
+
+
+@dataclass
+class PlanResult:
+    model: ModelSpec
+    cluster: ClusterSpec
+    profile: FrameworkProfile
+    request: SearchRequest
+    settings: SearchSettings
+    plans: list[Plan]                    # best first (top K)
+    pareto: list[Plan]
+    method: str
+    considered: int                      # layouts in the search space (product of the domains)
+    lattice: int                         # layouts satisfying every rule
+    scored: int                          # layouts estimated
+    fitting: int                         # of those, fitting in memory
+    seconds: float
+    why: list[str] = field(default_factory=list)
+    study: dict | None = None
+    candidates: list = field(default_factory=list)   # [tokens/s/GPU, GiB] of scored layouts that fit
+
+    @property
+    def best(self) -> Plan:
+        return self.plans[0]
+
+    @property
+    def runner_ups(self) -> list[Plan]:
+        return self.plans[1:]
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+def columns_to_batch(cols: dict) -> LayoutBatch:
+    out = {k: np.asarray(v, dtype=np.int64) for k, v in cols.items() if k in KNOBS}
+    out["sequence_parallel"] = out["sequence_parallel"].astype(bool)
+    out["flash_attention"] = out["flash_attention"].astype(bool)
+    out["density"] = np.where(out["sparsity"] == Sparsity.TWO_FOUR.code, 0.5, 1.0)
+    return LayoutBatch(out)
+
+
+def values_to_layout(values: dict) -> Layout:
+    kwargs = {}
+    for k in KNOBS:
+        v = int(values[k])
+        if k in ENUMS:
+            v = ENUMS[k].from_code(v)
+        elif k in ("sequence_parallel", "flash_attention"):
+            v = bool(v)
+        kwargs[k] = v
+    kwargs["density"] = 0.5 if kwargs["sparsity"] is Sparsity.TWO_FOUR else 1.0
+    return Layout(**kwargs)
+
+
+def _tie_columns(cols: dict) -> list[np.ndarray]:
+    return [cols[k] for k in reversed(KNOBS)]
+
+
+TIE = 1e-4    # objective values within 0.01% count as equal
+
+
+def complexity(cols: dict) -> np.ndarray:
+    """Moving parts a plan adds: offload, compressed communication, context or interleaved parallelism.
+    Among equally fast plans the simpler one ranks first, then the one using less memory."""
+    return (cols["offload_optimizer"] + cols["offload_params"] + (cols["grad_comm"] > 0)
+            + (cols["cp"] > 1) + (cols["vpp"] > 1))
+
+
+def _rank(cols, batch, values, keep):
+    """Indices of the best `keep` rows (objective, then simplicity, then memory, then the layout)."""
+    scale = max(np.abs(values).min(), 1e-300)
+    bucket = np.floor(values / (scale * TIE))
+    keys = _tie_columns(cols) + [batch.peak_memory_bytes, complexity(cols), bucket]
+    idx = np.lexsort(keys)
+    return idx[:keep]
+
+
+class _Collector:
+    """Keeps the best rows (and the Pareto candidates) across chunks."""
+
+    def __init__(self, settings: SearchSettings, request: SearchRequest, cluster: ClusterSpec):
+        self.s, self.req, self.cluster = settings, request, cluster
+        self.kept: list[dict] = []
+        self.scored = self.fitting = 0
+
+    def add(self, cols: dict, batch):
+        n = len(batch)
+        self.scored += n
+        fits = np.asarray(batch.fits)
+        self.fitting += int(fits.sum())
+        if not fits.any():
+            return
+        sel = np.flatnonzero(fits)
+        sub_cols = {k: v[sel] for k, v in cols.items()}
+        sub = {k: np.asarray(v)[sel] for k, v in batch.columns.items()}
+        objs = [objective_values(o, _Cols(sub), self.req.total_tokens, self.cluster.price_per_gpu_hour,
+                                 sub["num_gpus"]) for o in self.s.objectives]
+        pick = set(_rank(sub_cols, _Cols(sub), objs[0], KEEP).tolist())
+        if len(objs) == 2:
+            pick |= set(pareto_front(objs[0], objs[1]).tolist())
+        pick = np.array(sorted(pick), dtype=np.int64)
+        self.kept.append({"cols": {k: v[pick] for k, v in sub_cols.items()},
+                          "est": {k: v[pick] for k, v in sub.items()},
+                          "obj": [o[pick] for o in objs]})
+
+    def merged(self):
+        if not self.kept:
+            return None
+        cols = {k: np.concatenate([p["cols"][k] for p in self.kept]) for k in self.kept[0]["cols"]}
+        est = {k: np.concatenate([p["est"][k] for p in self.kept]) for k in self.kept[0]["est"]}
+        objs = [np.concatenate([p["obj"][i] for p in self.kept]) for i in range(len(self.s.objectives))]
+        return cols, est, objs
+
+
+class _Cols:
+    """Attribute access over a dict of estimate columns (what rank.objective_values expects)."""
+
+    def __init__(self, d):
+        self.__dict__.update(d)
+        self.columns = d
+
+    def __len__(self):
+        return len(self.columns["step_time_s"])
+
+
+# ---- search paths ------------------------------------------------------------------------------
+
+def _score_lattice(space, profile, cost_fw, settings, collector, core, cat, cross):
+    nk = len(cat["zero"])
+    per_chunk = max(1, SCORE_CHUNK // max(nk, 1))
+    n_core = len(core["tp"])
+    lattice = 0
+    for start in range(0, n_core, per_chunk):
+        rows = np.arange(start, min(start + per_chunk, n_core))
+        cols = cpsat.expand(space, core, cat, cross, rows)
+        n = len(cols["tp"])
+        lattice += n
+        if n:
+            batch = estimate_batch(space.model, space.cluster, cost_fw, columns_to_batch(cols))
+            collector.add(cols, batch)
+        if settings.progress:
+            settings.progress(min(start + per_chunk, n_core), n_core, None)
+    return lattice
+
+
+def default_study_name(space: Space, profile: FrameworkProfile, settings: SearchSettings) -> str:
+    key = json.dumps({
+        "model": repr(space.model), "gpu": space.cluster.gpu.name, "n": space.request.num_gpus,
+        "domains": {k: list(v.domain) for k, v in space.knobs.items()}, "profile": profile.name,
+        "objectives": settings.objectives, "seed": settings.seed, "tokens": space.request.total_tokens,
+    }, sort_keys=True)
+    return f"plan-{space.model.name}-{space.request.num_gpus}x{space.cluster.gpu.name}-" + \
+        hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
+    import optuna
+
+    from search_spaces.optuna_space import broken_rules, params_to_values, seed_params, suggest_layout
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    ctx = Ctx(space.model, space.cluster, space.request.num_gpus)
+    rules = profile.all_rules
+    two = len(settings.objectives) == 2
+
+    def constraints(trial):
+        return trial.user_attrs.get("constraints", (1.0, 1.0))
+
+    if two:
+        sampler = optuna.samplers.NSGAIISampler(seed=settings.seed, constraints_func=constraints)
+    else:
+        sampler = optuna.samplers.TPESampler(seed=settings.seed, constraints_func=constraints,
+                                             multivariate=True, n_startup_trials=min(200, settings.trials // 5))
+    storage = settings.storage
+    name = settings.study_name or default_study_name(space, profile, settings)
+    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, load_if_exists=True,
+                                directions=["minimize"] * len(settings.objectives))
+    done_before = len([t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE])
+    if done_before == 0 and len(study.trials) == 0:
+        for values in seeds:
+            study.enqueue_trial(seed_params(values, space), skip_if_exists=True)
+    remaining = max(0, settings.trials - done_before)
+    batch_size = 64
+    penalty = 1e30
+    done = 0
+    while done < remaining:
+        n = min(batch_size, remaining - done)
+        trials = [study.ask() for _ in range(n)]
+        rows = [suggest_layout(t, space) for t in trials]
+        broken = broken_rules(rows, ctx, rules)
+        ok = np.flatnonzero(broken == 0)
+        values = [[penalty] * len(settings.objectives) for _ in rows]
+        excess = np.zeros(n)
+        if len(ok):
+            cols = {k: np.array([rows[i][k] for i in ok], dtype=np.int64) for k in KNOBS}
+            batch = estimate_batch(space.model, space.cluster, cost_fw, columns_to_batch(cols))
+            collector.add(cols, batch)
+            objs = [objective_values(o, batch, space.request.total_tokens, space.cluster.price_per_gpu_hour,
+                                     batch.num_gpus) for o in settings.objectives]
+            for j, i in enumerate(ok):
+                values[i] = [float(o[j]) for o in objs]
+                excess[i] = max(0.0, -float(batch.headroom_bytes[j]) / GiB) + (0.0 if batch.host_fits[j] else 1.0)
+        for i, (t, v) in enumerate(zip(trials, values)):
+            t.set_user_attr("constraints", (float(broken[i]), float(excess[i])))
+            study.tell(t, v if two else v[0])
+        done += n
+        if settings.progress:
+            best = _best_value(study, two)
+            settings.progress(done_before + done, settings.trials, best)
+    # Trials told by other workers (shared storage) also count: re-score their layouts.
+    others = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    rows = [params_to_values(t.params, space) for t in others]
+    if rows:
+        broken = broken_rules(rows, ctx, rules)
+        ok = np.flatnonzero(broken == 0)
+        if len(ok):
+            cols = {k: np.array([rows[i][k] for i in ok], dtype=np.int64) for k in KNOBS}
+            batch = estimate_batch(space.model, space.cluster, cost_fw, columns_to_batch(cols))
+            collector.add(cols, batch)
+    return {"name": name, "storage": storage or "in-memory", "trials": len(study.trials),
+            "completed": len(others), "resumed_from": done_before}
+
+
+def _best_value(study, two):
+    try:
+        if two:
+            return None
+        return study.best_value if study.best_value < 1e29 else None
+    except ValueError:
+        return None
+
+
+def _seed_layouts(space, profile, cost_fw, core, cat, cross, n=16):
+    """Good starting layouts for Optuna: the core lattice with the default categorical choices."""
+    defaults = [i for i in range(len(cat["zero"]))
+                if cat["recompute_layers"][i] == 0 and cat["offload_optimizer"][i] == 0
+                and cat["offload_params"][i] == 0]
+    if not defaults:
+        return []
+    sub_cat = {k: v[defaults] for k, v in cat.items()}
+    take = np.arange(min(len(core["tp"]), max(1, SCORE_CHUNK // max(len(defaults), 1))))
+    cols = cpsat.expand(space, core, sub_cat, cross, take)
+    if not len(cols["tp"]):
+        return []
+    batch = estimate_batch(space.model, space.cluster, cost_fw, columns_to_batch(cols))
+    vals = np.where(batch.fits, batch.step_time_s / batch.tokens_per_step, np.inf)
+    best = np.argsort(vals, kind="stable")[:n]
+    return [{k: int(cols[k][i]) for k in KNOBS} for i in best if np.isfinite(vals[i])]
+
+
+def exhaustive_reference(space: Space, profile: FrameworkProfile, objective: str = "time"):
+    """Reference: every combination of the knob domains, rules checked row by row, scalar estimates.
+    Slow by design (no CP-SAT, no vectorisation); used to check the planner's optimum."""
+    cost_fw = catalog.load_framework(profile.cost_framework)
+    ctx = Ctx(space.model, space.cluster, space.request.num_gpus)
+    names = [k for k in KNOBS if k != "dp"]
+    best, best_value = None, np.inf
+    for combo in itertools.product(*(space.domain(k) for k in names)):
+        values = dict(zip(names, combo))
+        mp = values["tp"] * values["pp"] * values["cp"]
+        if space.request.num_gpus % mp:
+            continue
+        values["dp"] = space.request.num_gpus // mp
+        cols = {k: np.array([values[k]]) for k in KNOBS}
+        if not all(bool(np.asarray(r.holds(ctx, cols)).reshape(-1)[0]) for r in profile.all_rules):
+            continue
+        layout = values_to_layout(values)
+        est = estimate(space.model, space.cluster, cost_fw, layout)
+        if not est.fits:
+            continue
+        value = {"time": est.step_time_s / est.tokens_per_step,
+                 "memory": -est.headroom_bytes}.get(objective, est.step_time_s / est.tokens_per_step)
+        if value < best_value:
+            best, best_value = layout, value
+    return best, best_value
+
+
+# ---- the entry point ---------------------------------------------------------------------------
+
+def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, request: SearchRequest,
+           settings: SearchSettings = SearchSettings()) -> PlanResult:
+    t0 = time.perf_counter()
+    if cluster.num_gpus != request.num_gpus:
+        cluster = replace(cluster, num_gpus=request.num_gpus)
+    space = build_space(model, cluster, request)
+    cost_fw = catalog.load_framework(profile.cost_framework)
+    rules = profile.all_rules
+    core, cat, cross, truncated = cpsat.sub_lattices(space, rules)
+    considered = space.size()
+    if not len(core["tp"]) or not len(cat["zero"]):
+        raise _rules_conflict(space, profile, request)
+    product = len(core["tp"]) * len(cat["zero"])
+    method = settings.method
+    if method == "auto":
+        method = "lattice" if product <= LATTICE_LIMIT and not truncated else "optuna"
+    if method == "exhaustive":
+        method = "lattice"
+    collector = _Collector(settings, request, cluster)
+    study_info = None
+    if method == "lattice":
+        lattice = _score_lattice(space, profile, cost_fw, settings, collector, core, cat, cross)
+    elif method == "optuna":
+        seeds = _seed_layouts(space, profile, cost_fw, core, cat, cross)
+        study_info = _optuna_search(space, profile, cost_fw, settings, collector, seeds)
+        lattice = product
+    else:
+        raise SpecError(f"unknown search method '{settings.method}': use auto, lattice or optuna")
+    if method == "lattice" and lattice == 0:
+        raise _rules_conflict(space, profile, request)
+    merged = collector.merged()
+    if merged is None:
+        raise _nothing_fits(model, cluster, profile, request, settings, space)
+    cols, est, objs = merged
+    idx = _rank(cols, _Cols(est), objs[0], len(objs[0]))
+    top = idx[:settings.top_k]
+    ctx = Ctx(model, cluster, request.num_gpus)
+    plans = [_plan(i + 1, {k: int(cols[k][j]) for k in KNOBS}, model, cluster, cost_fw, profile, space,
+                   tuple(float(o[j]) for o in objs)) for i, j in enumerate(top)]
+    pareto = []
+    if len(objs) == 2:
+        front = pareto_front(objs[0], objs[1])
+        pareto = [_plan(0, {k: int(cols[k][j]) for k in KNOBS}, model, cluster, cost_fw, profile, space,
+                        (float(objs[0][j]), float(objs[1][j])), check=False) for j in front[:50]]
+    sample = idx[:: max(1, len(idx) // 400)][:400]
+    candidates = sorted({(round(float(est["tokens_per_s_per_gpu"][j]), 1), round(float(est["peak_memory_bytes"][j]) / GiB, 3))
+                         for j in sample})
+    result = PlanResult(model=model, cluster=cluster, profile=profile, request=request, settings=settings,
+                        plans=plans, pareto=pareto, method=method, considered=considered, lattice=lattice,
+                        scored=collector.scored, fitting=collector.fitting,
+                        seconds=time.perf_counter() - t0, study=study_info,
+                        candidates=[list(c) for c in candidates])
+    from .explain import why_best
+    result.why = why_best(result, space, ctx, cost_fw)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _plan(rank, values, model, cluster, cost_fw, profile, space, objective, check=True) -> Plan:
+    layout = values_to_layout(values)
+    if check:
+        broken = cpsat.check(space, profile.all_rules, {k: int(values[k]) for k in KNOBS})
+        if broken:   # would be a bug: the lattice and the rules disagree
+            raise AssertionError(f"plan breaks {', '.join(r.name for r in broken)}")
+    return Plan(rank=rank, layout=layout, estimate=estimate(model, cluster, cost_fw, layout), objective=objective)
+
+
+def _rules_conflict(space: Space, profile: FrameworkProfile, request: SearchRequest) -> InfeasibleError:
+    ctx = Ctx(space.model, space.cluster, request.num_gpus)
+    rules = cpsat.conflicting_rules(space, profile.all_rules)
+    texts = [r.message.format(m=space.model, c=space.cluster, gpu=space.cluster.gpu, n=request.num_gpus,
+                              name=profile.name) for r in rules]
+    pinned = sorted({k for r in rules for k in r.knobs if k in request.choices})
+    hint = f"; free {', '.join('--' + k.replace('_', '-') for k in pinned)}" if pinned else ""
+    if not texts:
+        texts = ["no layout satisfies the rules"]
+    return InfeasibleError("no layout satisfies the rules: " + "; ".join(texts) + hint,
+                           reasons=tuple(r.name for r in rules))
+
+
+def _nothing_fits(model, cluster, profile, request, settings, space) -> InfeasibleError:
+    """Nothing fits in memory: say the smallest GPU count that would, and which knobs would help."""
+    min_gpus = None
+    quick = SearchSettings(objectives=("memory",), top_k=1, method="lattice")
+    n = request.num_gpus
+    step = cluster.gpus_per_node if n >= cluster.gpus_per_node else n
+    candidates = sorted({n * 2**k for k in range(1, 13)} | {n + step * k for k in range(1, 8)})
+    for n2 in candidates:
+        if n2 > 10_000_000:
+            break
+        try:
+            req2 = replace(request, num_gpus=n2)
+            sp2 = build_space(model, replace(cluster, num_gpus=n2), req2)
+            core, cat, cross, _ = cpsat.sub_lattices(sp2, profile.all_rules)
+            if not len(core["tp"]) or not len(cat["zero"]):
+                continue
+            cost_fw = catalog.load_framework(profile.cost_framework)
+            coll = _Collector(quick, req2, cluster)
+            _score_lattice(sp2, profile, cost_fw, quick, coll, core, cat, cross)
+            if coll.fitting:
+                min_gpus = n2
+                break
+        except SpecError:
+            continue
+    freed = [k for k in ("zero", "offload_optimizer", "offload_params", "recompute", "precision", "mbs", "tp", "pp")
+             if k in request.choices]
+    hint = f"; or free {', '.join('--' + k.replace('_', '-') for k in freed)}" if freed else ""
+    lowest = _lowest_memory(model, cluster, profile, space)
+    need = f" (the leanest layout needs {fmt_bytes(lowest)} per GPU, the {cluster.gpu.name} has " \
+           f"{fmt_bytes(cluster.gpu.hbm_bytes)})" if lowest else ""
+    if min_gpus:
+        msg = f"no layout fits in memory on {n} x {cluster.gpu.name}{need}; needs at least {min_gpus} GPUs{hint}"
+    else:
+        msg = f"no layout fits in memory on {n} x {cluster.gpu.name}{need}; try a GPU with more memory{hint}"
+    return InfeasibleError(msg, min_gpus=min_gpus)
+
+
+def _lowest_memory(model, cluster, profile, space) -> float | None:
+    core, cat, cross, _ = cpsat.sub_lattices(space, profile.all_rules)
+    if not len(core["tp"]) or not len(cat["zero"]):
+        return None
+    cost_fw = catalog.load_framework(profile.cost_framework)
+    best = None
+    nk = len(cat["zero"])
+    per = max(1, SCORE_CHUNK // nk)
+    for start in range(0, len(core["tp"]), per):
+        cols = cpsat.expand(space, core, cat, cross, np.arange(start, min(start + per, len(core["tp"]))))
+        if len(cols["tp"]):
+            b = estimate_batch(model, cluster, cost_fw, columns_to_batch(cols))
+            low = float(np.min(b.peak_memory_bytes))
+            best = low if best is None else min(best, low)
+    return best
+
+
+def plan_layout_values(layout: Layout) -> dict:
+    return {k: int(v[0]) for k, v in layout_columns(layout).items()}
+
+
+__all__ = ["search", "SearchSettings", "PlanResult", "Plan", "exhaustive_reference", "LATTICE_LIMIT",
+           "values_to_layout", "columns_to_batch", "default_study_name", "Path"]

@@ -1,0 +1,102 @@
+"""Invariants of the cost model (hypothesis)."""
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from costmodels import LayoutBatch, catalog, estimate, estimate_batch
+from costmodels.types import Layout, Offload, Precision, Recompute
+
+MODELS = ["llama2-7b", "gpt-1.7b", "llama3.1-8b", "gpt-22b"]
+CLUSTER = catalog.load_cluster("H100-SXM", num_gpus=64)
+FW = catalog.load_framework("megatron-deepspeed")
+
+layouts = st.builds(
+    dict,
+    model=st.sampled_from(MODELS),
+    tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), cp=st.sampled_from([1, 2]),
+    mbs=st.sampled_from([1, 2, 4]), m=st.sampled_from([1, 4, 16]),
+    seq=st.sampled_from([1024, 2048, 4096]), zero=st.integers(0, 3),
+    recompute=st.sampled_from(list(Recompute)), sp=st.booleans(), flash=st.booleans(),
+    precision=st.sampled_from([Precision.BF16, Precision.FP16, Precision.FP8]),
+    vpp=st.sampled_from([1, 2]),
+)
+
+
+def make(d, **over):
+    d = {**d, **over}
+    dp = 64 // (d["tp"] * d["pp"] * d["cp"])
+    return catalog.load_model(d["model"]), Layout(
+        tp=d["tp"], pp=d["pp"], dp=dp, cp=d["cp"], vpp=d["vpp"], mbs=d["mbs"], gbs=d["mbs"] * dp * d["m"],
+        seq_len=d["seq"], zero=d["zero"], recompute=d["recompute"], sequence_parallel=d["sp"],
+        flash_attention=d["flash"], precision=d["precision"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts)
+def test_memory_never_falls_as_micro_batch_grows(d):
+    model, small = make(d)
+    _, big = make(d, mbs=d["mbs"] * 2)
+    assert estimate(model, CLUSTER, FW, big).memory.total >= estimate(model, CLUSTER, FW, small).memory.total - 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts)
+def test_memory_never_falls_as_micro_batch_grows_at_fixed_global_batch(d):
+    model, small = make(d, m=16)
+    big = small.replace(mbs=small.mbs * 2)
+    assert estimate(model, CLUSTER, FW, big).memory.total >= estimate(model, CLUSTER, FW, small).memory.total - 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts)
+def test_memory_never_falls_as_sequence_grows(d):
+    model, short = make(d)
+    _, long = make(d, seq=d["seq"] * 2)
+    assert estimate(model, CLUSTER, FW, long).memory.total >= estimate(model, CLUSTER, FW, short).memory.total - 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts)
+def test_model_state_memory_never_rises_with_zero_stage(d):
+    model, layout = make(d)
+    states = [estimate(model, CLUSTER, FW, layout.replace(zero=z)).memory.model_states for z in range(4)]
+    assert all(b <= a + 1 for a, b in zip(states, states[1:]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts)
+def test_activation_memory_never_rises_with_stronger_recompute(d):
+    model, layout = make(d)
+    acts = [estimate(model, CLUSTER, FW, layout.replace(recompute=r)).memory.activations
+            for r in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)]
+    assert acts[1] <= acts[0] + 1 and acts[2] <= acts[1] + 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(layouts, min_size=2, max_size=12))
+def test_scalar_and_vectorised_estimates_agree(ds):
+    model = catalog.load_model(ds[0]["model"])
+    rows = [make({**d, "model": ds[0]["model"]})[1] for d in ds]
+    batch = estimate_batch(model, CLUSTER, FW, LayoutBatch.from_layouts(rows))
+    for i, layout in enumerate(rows):
+        one = estimate(model, CLUSTER, FW, layout)
+        assert np.isclose(batch.step_time_s[i], one.step_time_s, rtol=1e-12)
+        assert np.isclose(batch.peak_memory_bytes[i], one.memory.total, rtol=1e-12)
+
+
+def test_breakdowns_add_up():
+    model = catalog.load_model("llama2-70b")
+    layout = Layout(tp=8, pp=4, dp=2, mbs=1, gbs=256, seq_len=4096, zero=1, recompute=Recompute.FULL,
+                    sequence_parallel=True)
+    e = estimate(model, CLUSTER, FW, layout)
+    assert e.time.step == sum(getattr(e.time, f) for f in e.time.__dataclass_fields__)
+    assert e.memory.total == e.memory.reserved + e.memory.cuda_context
+    assert all(getattr(e.time, f) >= 0 for f in e.time.__dataclass_fields__)
+
+
+def test_offload_trades_memory_for_time():
+    model = catalog.load_model("llama2-13b")
+    cluster = catalog.load_cluster("A100-80GB", num_gpus=8)
+    base = Layout(tp=1, pp=1, dp=8, mbs=1, gbs=64, seq_len=4096, zero=2)
+    off = base.replace(offload_optimizer=Offload.CPU)
+    a, b = estimate(model, cluster, FW, base), estimate(model, cluster, FW, off)
+    assert b.memory.total < a.memory.total and b.step_time_s > a.step_time_s
