@@ -120,20 +120,20 @@ class ModelSpec:
                      "max_seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-                raise SpecError(f"model {self.name}: {name} must be a positive integer, got {value!r}")
+                raise SpecError(f"model '{self.name}': {name} must be a positive integer, got {value!r}")
         if self.hidden % self.num_heads:
-            raise SpecError(f"model {self.name}: hidden {self.hidden} is not divisible by "
+            raise SpecError(f"model '{self.name}': hidden {self.hidden} is not divisible by "
                             f"{self.num_heads} heads; pick heads that divide hidden")
         if self.num_heads % self.num_kv_heads:
-            raise SpecError(f"model {self.name}: {self.num_heads} heads are not divisible by "
+            raise SpecError(f"model '{self.name}': {self.num_heads} heads are not divisible by "
                             f"{self.num_kv_heads} key/value heads")
         if self.norm not in ("layernorm", "rmsnorm"):
-            raise SpecError(f"model {self.name}: norm must be layernorm or rmsnorm, got {self.norm!r}")
+            raise SpecError(f"model '{self.name}': norm must be layernorm or rmsnorm, got {self.norm!r}")
         if self.position not in ("learned", "rope", "alibi"):
-            raise SpecError(f"model {self.name}: position must be learned, rope or alibi")
+            raise SpecError(f"model '{self.name}': position must be learned, rope or alibi")
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise SpecError(f"model {self.name}: {name} must be in [0, 1)")
+                raise SpecError(f"model '{self.name}': {name} must be in [0, 1)")
 
     @property
     def head_dim(self) -> int:

@@ -22,6 +22,18 @@ def _split(value):
     return [v.strip() for v in str(value).split(",") if v.strip()]
 
 
+def _ints(text, option):
+    from costmodels.errors import SpecError
+
+    try:
+        values = [int(v) for v in _split(text)]
+    except ValueError:
+        raise SpecError(f"{option} takes whole numbers separated by commas, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise SpecError(f"{option} takes positive whole numbers, got {text!r}")
+    return values
+
+
 def _batch_tokens(text):
     from costmodels.errors import SpecError
     from costmodels.units import parse_quantity
@@ -103,7 +115,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         reporter = Progress(show, "trials" if method == "optuna" else "blocks")
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,
-                          seq_lens=[int(s) for s in _split(seq_len)] if seq_len else None, choices=choices,
+                          seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
                           objective=objective, top_k=top_k, framework=framework, total_tokens=tokens,
                           method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
                           progress=reporter)

@@ -215,28 +215,36 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
     rules = profile.all_rules
     two = len(settings.objectives) == 2
 
-    def constraints(trial):
-        return trial.user_attrs.get("constraints", (1.0, 1.0))
-
+    # Broken rules and memory over capacity are Optuna constraints (feasible when <= 0).
     if two:
-        sampler = optuna.samplers.NSGAIISampler(seed=settings.seed, constraints_func=constraints)
+        sampler = optuna.samplers.NSGAIISampler(seed=settings.seed)
     else:
-        sampler = optuna.samplers.TPESampler(seed=settings.seed, constraints_func=constraints,
-                                             multivariate=True, n_startup_trials=min(200, settings.trials // 5))
+        sampler = optuna.samplers.TPESampler(seed=settings.seed, multivariate=True,
+                                             n_startup_trials=min(200, settings.trials // 5))
     storage = settings.storage
     name = settings.study_name or default_study_name(space, profile, settings)
-    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, load_if_exists=True,
-                                directions=["minimize"] * len(settings.objectives))
-    done_before = len([t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE])
-    if done_before == 0 and len(study.trials) == 0:
+    try:
+        study = _open_study(optuna, name, storage, sampler, len(settings.objectives))
+    except ImportError:
+        raise SpecError(f"storage {storage!r} needs its database driver: pip install "
+                        "'llm-train-planner[postgres]' (psycopg) for PostgreSQL") from None
+    except Exception as exc:   # noqa: BLE001 - SQLAlchemy / Optuna errors for a bad URL or an unreachable server
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise SpecError(f"cannot open Optuna storage {storage!r}: {first}") from None
+    complete = optuna.trial.TrialState.COMPLETE
+    done_before = len(study.get_trials(deepcopy=False, states=(complete,)))
+    if not study.trials:
         for values in seeds:
             study.enqueue_trial(seed_params(values, space), skip_if_exists=True)
-    remaining = max(0, settings.trials - done_before)
-    batch_size = 64
+    batch_size = 32
     penalty = 1e30
-    done = 0
-    while done < remaining:
-        n = min(batch_size, remaining - done)
+    # `trials` is the study's target: several workers sharing one storage stop together once the
+    # study holds that many complete trials, so none is lost and none is run twice.
+    while True:
+        done = len(study.get_trials(deepcopy=False, states=(complete,)))
+        if done >= settings.trials:
+            break
+        n = min(batch_size, settings.trials - done)
         trials = [study.ask() for _ in range(n)]
         rows = [suggest_layout(t, space) for t in trials]
         broken = broken_rules(rows, ctx, rules)
@@ -253,12 +261,11 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
                 values[i] = [float(o[j]) for o in objs]
                 excess[i] = max(0.0, -float(batch.headroom_bytes[j]) / GiB) + (0.0 if batch.host_fits[j] else 1.0)
         for i, (t, v) in enumerate(zip(trials, values)):
-            t.set_user_attr("constraints", (float(broken[i]), float(excess[i])))
+            t.set_constraint("broken_rules", float(broken[i]))
+            t.set_constraint("memory_over_capacity_gib", float(excess[i]))
             study.tell(t, v if two else v[0])
-        done += n
         if settings.progress:
-            best = _best_value(study, two)
-            settings.progress(done_before + done, settings.trials, best)
+            settings.progress(min(done + n, settings.trials), settings.trials, _best_value(study, two))
     # Trials told by other workers (shared storage) also count: re-score their layouts.
     others = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     rows = [params_to_values(t.params, space) for t in others]
@@ -271,6 +278,24 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
             collector.add(cols, batch)
     return {"name": name, "storage": storage or "in-memory", "trials": len(study.trials),
             "completed": len(others), "resumed_from": done_before}
+
+
+def _open_study(optuna, name, storage, sampler, n_objectives):
+    """Create or load the study; workers starting together may race to create it, so retry as a load."""
+    last = None
+    for attempt in range(5):
+        try:
+            return optuna.create_study(study_name=name, storage=storage, sampler=sampler, load_if_exists=True,
+                                       directions=["minimize"] * n_objectives)
+        except ImportError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - a concurrent creation (IntegrityError / DuplicatedStudyError)
+            last = exc
+            try:
+                return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+            except Exception:      # noqa: BLE001
+                time.sleep(0.2 * (attempt + 1))
+    raise last
 
 
 def _best_value(study, two):

@@ -35,10 +35,11 @@ class Ctx:
 class Vars:
     """CP-SAT variables of one model: a variable per knob plus cached derived literals."""
 
-    def __init__(self, model: cp_model.CpModel, knobs: dict, upper: dict):
+    def __init__(self, model: cp_model.CpModel, knobs: dict, upper: dict, lower: dict):
         self.m = model
         self.x = knobs
         self.upper = dict(upper)          # largest value of each variable (knobs and derived ones)
+        self.lower = dict(lower)          # smallest value
         self._cache: dict = {}
 
     def __getitem__(self, name):
@@ -70,10 +71,11 @@ class Vars:
     def product(self, *names):
         """Integer variable equal to the product of the knobs (always holds: a definition)."""
         def build():
-            hi = 1
+            hi, lo = 1, 1
             for n in names:
                 hi *= max(1, self.upper[n])
-            prod = self.m.new_int_var(1, hi, "*".join(names))
+                lo *= max(0, self.lower[n])
+            prod = self.m.new_int_var(min(lo, hi), hi, "*".join(names))
             self.m.add_multiplication_equality(prod, [self.x[n] for n in names])
             self.upper[prod.name] = hi
             return prod

@@ -28,12 +28,12 @@ def context(space: Space) -> Ctx:
 def _build(space: Space, knobs, rules, fixed=None, assumptions=False):
     """CP-SAT model over `knobs`; each rule enforced by a literal (an assumption if asked)."""
     m = cp_model.CpModel()
-    x, upper = {}, {}
+    x, upper, lower = {}, {}, {}
     for name in knobs:
         domain = [fixed[name]] if fixed and name in fixed else list(space.domain(name))
         x[name] = m.new_int_var_from_domain(cp_model.Domain.from_values(domain), name)
-        upper[name] = max(domain)
-    v = Vars(m, x, upper)
+        upper[name], lower[name] = max(domain), min(domain)
+    v = Vars(m, x, upper, lower)
     ctx = context(space)
     literals = {}
     for rule in rules:
@@ -130,9 +130,13 @@ def check(space: Space, rules, layout_values: dict) -> list[Rule]:
     status = solver.solve(m)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return []
+    if status != cp_model.INFEASIBLE:
+        raise RuntimeError(f"CP-SAT could not decide the layout: {solver.status_name(status)} {m.validate()}")
     core = set(solver.sufficient_assumptions_for_infeasibility())
     by_index = {lit.index: name for name, lit in literals.items()}
     names = [by_index[i] for i in core if i in by_index]
+    if not names:     # infeasible without any rule: a definition is wrong (a bug, never silent)
+        raise RuntimeError("CP-SAT model infeasible independently of the rules")
     return [r for r in rules if r.name in names]
 
 

@@ -82,9 +82,9 @@ MEGATRON_LM_RULES = (
     Rule("mlm-layers-divide", "Megatron-LM needs the {m.num_layers} layers divisible by pp", ("pp",),
          lambda ctx, c: ctx.model.num_layers % c["pp"] == 0,
          lambda ctx, v, e: v.m.add(v.remainder(ctx.model.num_layers, v["pp"], "L%pp") == 0).only_enforce_if(e)),
-    Rule("mlm-distributed-optimizer", "Megatron-LM shards only the optimizer (distributed optimizer = ZeRO-1)",
-         ("zero",), lambda ctx, c: c["zero"] <= 1,
-         lambda ctx, v, e: v.m.add(v["zero"] <= 1).only_enforce_if(e)),
+    Rule("mlm-sharding", "Megatron-LM shards the optimizer (--use-distributed-optimizer, ZeRO-1) or everything "
+         "(--use-torch-fsdp2, ZeRO-3); there is no ZeRO-2", ("zero",), lambda ctx, c: c["zero"] != 2,
+         lambda ctx, v, e: v.m.add(v["zero"] != 2).only_enforce_if(e)),
     Rule("mlm-no-offload", "this Megatron-LM profile does not offload to CPU or NVMe",
          ("offload_optimizer", "offload_params"),
          lambda ctx, c: (c["offload_optimizer"] == Offload.NONE.code) & (c["offload_params"] == Offload.NONE.code),

@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -186,21 +187,24 @@ def _exchange(a: Path, b: Path) -> bool:
 
 @contextmanager
 def _terminate_cleanly():
-    """SIGTERM raises SystemExit so temporary files are removed by `finally` blocks."""
-    previous = signal.getsignal(signal.SIGTERM)
+    """SIGTERM and SIGINT raise SystemExit so temporary files are removed by `finally` blocks."""
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.getsignal(s) for s in signals}
 
     def handler(signum, frame):
         raise SystemExit(128 + signum)
 
     try:
-        signal.signal(signal.SIGTERM, handler)
+        for s in signals:
+            signal.signal(s, handler)
     except ValueError:          # not in the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict | None = None) -> Path:
@@ -216,8 +220,12 @@ def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict |
         raise SpecError(f"--out {out}: cannot write in {parent}")
     with _terminate_cleanly():
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+        # Test hook: slow the write down so tests can interrupt it half-way (tests/planner/test_persistence.py).
+        pause = float(os.environ.get("PLANNER_WRITE_PAUSE_S", "0") or 0)
         try:
             for name, content in sorted(files.items()):
+                if pause:
+                    time.sleep(pause)
                 path = tmp / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "wb") as fh:

@@ -1,0 +1,107 @@
+"""Nothing lost: interrupted writes, resumable Optuna studies, several workers on PostgreSQL."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+import planner
+
+PLAN = [sys.executable, "-m", "planner.cli", "plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM",
+        "--gpus", "8", "--global-batch", "64", "--quiet"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(args, env=None, **kw):
+    return subprocess.run(args, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, **kw)
+
+
+def snapshot(d: Path):
+    return {p.name: p.read_bytes() for p in d.iterdir()} if d.exists() else None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_interrupted_write_leaves_the_old_output_whole(tmp_path, sig):
+    out = tmp_path / "job"
+    assert run(PLAN + ["--out", str(out)]).returncode == 0
+    old = snapshot(out)
+    env = {**os.environ, "PLANNER_WRITE_PAUSE_S": "0.5"}
+    proc = subprocess.Popen(PLAN + ["--out", str(out), "--force", "--tp", "2"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
+        time.sleep(0.05)
+    time.sleep(0.7)                                   # a couple of files written into the temporary dir
+    assert proc.poll() is None, "the write finished before it could be interrupted"
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    assert snapshot(out) == old                       # the old plan, complete and unchanged
+    if sig != signal.SIGKILL:                         # a clean stop also removes its temporary files
+        assert [p.name for p in tmp_path.iterdir()] == ["job"]
+
+
+def test_completed_write_replaces_the_output_whole(tmp_path):
+    out = tmp_path / "job"
+    assert run(PLAN + ["--out", str(out)]).returncode == 0
+    assert run(PLAN + ["--out", str(out), "--force", "--tp", "2"]).returncode == 0
+    data = json.loads((out / "plan.json").read_text())
+    assert data["layout"]["tp"] == 2
+    assert {"launch.sh", "ds_config.json", "plan.json", "report.md"} <= set(snapshot(out))
+
+
+def test_optuna_study_persists_and_resumes(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    kw = dict(gpus=8, global_batch=256, method="optuna", storage=storage, study_name="resume-me", seed=3)
+    first = planner.plan("llama2-7b", "H100-SXM", trials=60, **kw)
+    assert first.study["resumed_from"] == 0
+    second = planner.plan("llama2-7b", "H100-SXM", trials=100, **kw)
+    assert second.study["resumed_from"] >= 60            # continued, not started over
+    study = optuna.load_study(study_name="resume-me", storage=storage)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 100
+    assert per_token(second) <= per_token(first)
+
+
+def per_token(r):
+    return r.best.estimate.step_time_s / r.best.estimate.tokens_per_step
+
+
+def test_default_storage_is_sqlite_next_to_the_output(tmp_path):
+    out = tmp_path / "job"
+    r = run(PLAN + ["--out", str(out), "--method", "optuna", "--trials", "40", "--json"])
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["search"]["study"]["storage"] == f"sqlite:///{tmp_path / 'job.optuna.db'}"
+    assert (tmp_path / "job.optuna.db").exists()
+
+
+def test_progress_shows_trials_best_and_time_left(tmp_path):
+    r = run(PLAN[:-1] + ["--method", "optuna", "--trials", "40", "--progress"])
+    assert r.returncode == 0
+    assert "40/40 trials" in r.stderr and "left" in r.stderr and "best" in r.stderr
+    quiet = run(PLAN + ["--method", "optuna", "--trials", "40"])
+    assert quiet.stderr == ""
+
+
+@pytest.mark.skipif(not os.environ.get("PLANNER_TEST_POSTGRES"), reason="no PostgreSQL (scripts/postgres.sh)")
+def test_several_workers_share_one_postgres_study():
+    url = os.environ["PLANNER_TEST_POSTGRES"]
+    name = f"workers-{os.getpid()}-{time.time_ns()}"
+    args = PLAN + ["--method", "optuna", "--storage", url, "--study-name", name, "--trials", "240", "--json"]
+    procs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    study = optuna.load_study(study_name=name, storage=url)
+    states = [t.state for t in study.trials]
+    complete = states.count(optuna.trial.TrialState.COMPLETE)
+    assert complete >= 240                                  # the target was reached
+    assert all(s == optuna.trial.TrialState.COMPLETE for s in states)   # none lost, failed or stuck
+    assert len({t.number for t in study.trials}) == len(study.trials)
+    bests = {json.loads(o[0])["estimate"]["step_time_s"] for o in outs}
+    assert len(bests) >= 1

@@ -1,0 +1,65 @@
+"""The hard rules: numpy and CP-SAT encodings agree; the lattice only holds feasible layouts."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from costmodels import catalog
+from search_spaces import cpsat
+from search_spaces.constraints import Ctx
+from search_spaces.frameworks import PROFILES, check_columns, load_profile
+from search_spaces.space import KNOBS, SearchRequest, build_space
+
+MODEL = catalog.load_model("llama2-70b")
+CLUSTER = catalog.load_cluster("H100-SXM", num_gpus=64)
+SPACE = build_space(MODEL, CLUSTER, SearchRequest(num_gpus=64, global_batch=512, seq_lens=(4096,)))
+
+
+def random_layout(draw_index):
+    return {k: SPACE.domain(k)[draw_index[k] % len(SPACE.domain(k))] for k in KNOBS}
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.fixed_dictionaries({k: st.integers(0, 50) for k in KNOBS}), st.sampled_from(sorted(PROFILES)))
+def test_numpy_rules_agree_with_cpsat(index, profile_name):
+    profile = load_profile(profile_name)
+    values = random_layout(index)
+    ctx = Ctx(MODEL, CLUSTER, 64)
+    cols = {k: np.array([v]) for k, v in values.items()}
+    numpy_ok = bool(check_columns(profile.all_rules, ctx, cols)[0])
+    cpsat_ok = cpsat.check(SPACE, profile.all_rules, values) == []
+    assert numpy_ok == cpsat_ok
+
+
+def test_lattice_rows_satisfy_every_rule():
+    profile = load_profile("megatron-deepspeed")
+    lat = cpsat.enumerate_lattice(SPACE, profile.all_rules)
+    assert len(lat) > 0
+    ctx = Ctx(MODEL, CLUSTER, 64)
+    assert check_columns(profile.all_rules, ctx, lat.columns).all()
+    # and CP-SAT agrees on a sample of them
+    for i in range(0, len(lat), max(1, len(lat) // 20)):
+        assert cpsat.check(SPACE, profile.all_rules, {k: int(lat.columns[k][i]) for k in KNOBS}) == []
+
+
+def test_conflict_names_the_rule():
+    space = build_space(MODEL, CLUSTER, SearchRequest(num_gpus=64, global_batch=512, choices={"tp": (3,)}))
+    names = [r.name for r in cpsat.conflicting_rules(space, load_profile("megatron-deepspeed").all_rules)]
+    assert "tp-divides-heads" in names or "world" in names
+
+
+@pytest.mark.parametrize("values,ok_mds,ok_mlm", [
+    ({"pp": 2, "zero": 2}, False, False),          # MDS: PipelineEngine; Megatron-LM: no ZeRO-2
+    ({"pp": 2, "zero": 3}, False, True),           # Megatron-LM FSDP works with pipelines
+    ({"pp": 4, "vpp": 2}, False, True),            # interleaving only on the Megatron path
+    ({"precision": 3, "pp": 1}, False, True),      # fp8 with GQA: TE in MDS has no GQA
+])
+def test_framework_profiles_differ(values, ok_mds, ok_mlm):
+    ctx = Ctx(MODEL, CLUSTER, 64)
+    base = {"tp": 8, "pp": 1, "dp": 8, "cp": 1, "vpp": 1, "mbs": 1, "gbs": 512, "seq_len": 4096, "zero": 1,
+            "offload_optimizer": 0, "offload_params": 0, "recompute": 0, "recompute_layers": 0,
+            "sequence_parallel": 1, "flash_attention": 1, "precision": 2, "sparsity": 0, "grad_comm": 0}
+    base.update(values)
+    base["dp"] = 64 // (base["tp"] * base["pp"] * base["cp"])
+    cols = {k: np.array([v]) for k, v in base.items()}
+    assert bool(check_columns(PROFILES["megatron-deepspeed"].all_rules, ctx, cols)[0]) == ok_mds
+    assert bool(check_columns(PROFILES["megatron-lm"].all_rules, ctx, cols)[0]) == ok_mlm
