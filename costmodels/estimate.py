@@ -68,8 +68,15 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     flash = lb.flash_attention
     n_micro = gbs / (mbs * dp)
     tokens = mbs * seq / cp                      # tokens of one micro-batch on one GPU
-    layers = np.ceil(m.num_layers / pp)          # transformer layers on the busiest stage
-    recomputed = np.where(lb.recompute_layers > 0, np.minimum(lb.recompute_layers, layers), layers)
+    # Layers per stage as DeepSpeed's partition_balanced (and Megatron, where they divide evenly)
+    # assigns them: ceil(L / p) on every stage but the last, which takes what remains.
+    layers = np.ceil(m.num_layers / pp)
+    layers_last = np.where(pp > 1, m.num_layers - (pp - 1) * layers, layers)
+
+    def recomputed_in(stage_layers):
+        return np.where(lb.recompute_layers > 0, np.minimum(lb.recompute_layers, stage_layers), stage_layers)
+
+    recomputed = recomputed_in(layers)
     shard = dp * cp                              # ZeRO / distributed-optimizer shard group
     e = memory.activation_bytes_per_element(prec)
 
@@ -95,13 +102,19 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     lb_gpu, lb_tp, lb_x = gpu_and_excess(bwd)
     co_gpu, _, co_x = gpu_and_excess(core)
     full_rc = rc == 2
-    rc_gpu = np.where(full_rc, recomputed * lf_gpu, np.where(rc == 1, layers * co_gpu, 0.0))
-    rc_tp = np.where(full_rc, recomputed * lf_tp, 0.0)
-    rc_x = np.where(full_rc, recomputed * lf_x, np.where(rc == 1, layers * co_x, 0.0))
-    body = {"compute": layers * (lf_gpu + lb_gpu), "recompute": rc_gpu,
-            "tp_comm": layers * (lf_tp + lb_tp) + rc_tp,
-            "cp_comm": layers * (cp_fwd + cp_bwd) + np.where(full_rc, recomputed * cp_fwd, 0.0),
-            "excess": layers * (lf_x + lb_x) + rc_x}
+
+    def body_of(n_layers):
+        """Per-micro-batch time of a stage's transformer layers, by component."""
+        n_rc = recomputed_in(n_layers)
+        return {"compute": n_layers * (lf_gpu + lb_gpu),
+                "recompute": np.where(full_rc, n_rc * lf_gpu, np.where(rc == 1, n_layers * co_gpu, 0.0)),
+                "tp_comm": n_layers * (lf_tp + lb_tp) + np.where(full_rc, n_rc * lf_tp, 0.0),
+                "cp_comm": n_layers * (cp_fwd + cp_bwd) + np.where(full_rc, n_rc * cp_fwd, 0.0),
+                "excess": n_layers * (lf_x + lb_x) + np.where(full_rc, n_rc * lf_x,
+                                                              np.where(rc == 1, n_layers * co_x, 0.0))}
+
+    body = body_of(layers)
+    body_last = body_of(layers_last)
     ef_gpu, ef_tp, ef_x = gpu_and_excess(emb_f)
     eb_gpu, eb_tp, eb_x = gpu_and_excess(emb_b)
     of_gpu, of_tp, of_x = gpu_and_excess(out_f)
@@ -120,7 +133,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     layer_p = params.layer_params(m)
     first_p = layers * layer_p + params.embedding_params(m) + np.where(pp <= 1, params.output_params(m), 0.0)
     last_out = params.output_params(m) + (m.vocab * m.hidden if m.tied_embeddings else 0.0)
-    last_p = layers * layer_p + np.where(pp <= 1, params.embedding_params(m) + params.output_params(m), last_out)
+    last_p = layers_last * layer_p + np.where(pp <= 1, params.embedding_params(m) + params.output_params(m), last_out)
     stage_p = np.maximum(first_p, last_p) / tp                    # weights per GPU, bigger stage
     gbytes = grad_comm_bytes_per_param(lb.grad_comm, prec)
     wbytes = weight_gather_bytes_per_param(lb.grad_comm, prec)
@@ -143,20 +156,18 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
 
     per_mb_shared = {"pp_comm": p2p, "zero_comm": z3_exposed, "dp_comm": z2_exposed, "offload": offload_p}
 
-    def tau(extra):
-        total = (body["compute"] + body["recompute"] + body["tp_comm"] + body["cp_comm"] + body["excess"]
-                 + sum(per_mb_shared.values()))
-        return total + sum(extra.values())
+    def tau(stage_body, extra):
+        return sum(stage_body.values()) + sum(per_mb_shared.values()) + sum(extra.values())
 
-    no_extra = {}
-    tau_first = tau(first_extra) + np.where(pp <= 1, sum(last_extra.values()), 0.0)
-    tau_last = tau(last_extra)
-    tau_mid = tau(no_extra)
+    tau_first = tau(body, first_extra) + np.where(pp <= 1, sum(last_extra.values()), 0.0)
+    tau_last = tau(body_last, last_extra)
+    tau_mid = tau(body, {})
     t_pipe, tau_max, last_is_max = steptime.pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, n_micro)
 
     def bottleneck(key):
-        first = first_extra.get(key, 0.0) + np.where(pp <= 1, last_extra.get(key, 0.0), 0.0)
-        return body.get(key, 0.0) + np.where(last_is_max, last_extra.get(key, 0.0), first)
+        first = body.get(key, 0.0) + first_extra.get(key, 0.0) + np.where(pp <= 1, last_extra.get(key, 0.0), 0.0)
+        last = body_last.get(key, 0.0) + last_extra.get(key, 0.0)
+        return np.where(last_is_max, last, first)
 
     # ---- once per step ------------------------------------------------------------------------
     grad_sync, weight_sync = steptime.dp_gradient_sync_time(stage_p * gbytes, stage_p * wbytes, zero,
@@ -173,9 +184,9 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
 
     time = {
         "compute": n_micro * bottleneck("compute"),
-        "recompute": n_micro * body["recompute"],
+        "recompute": n_micro * bottleneck("recompute"),
         "tp_comm": n_micro * bottleneck("tp_comm"),
-        "cp_comm": n_micro * body["cp_comm"],
+        "cp_comm": n_micro * bottleneck("cp_comm"),
         "pp_comm": n_micro * p2p,
         "bubble": t_pipe - n_micro * tau_max,
         "dp_comm": n_micro * z2_exposed + dp_exposed,
@@ -194,7 +205,8 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     inflight_last = memory.inflight_microbatches(pp, vpp, n_micro, pp - 1)
     act_first = (memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers, recomputed, inflight_first)
                  + inflight_first * memory.embedding_activation_bytes(m, tokens, tp, sp, prec))
-    act_last = memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers, recomputed, inflight_last)
+    act_last = memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers_last,
+                                              recomputed_in(layers_last), inflight_last)
     logits = memory.logits_bytes(m, tokens, tp, fw)
     logits_first = np.where(pp <= 1, logits, 0.0)
 
@@ -289,7 +301,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layou
     mem = MemoryBreakdown(**{k: row[f"mem_{k}"] for k in MEMORY_FIELDS})
     time = TimeBreakdown(**{k: row[f"time_{k}"] for k in TIME_FIELDS})
     layers = int(row["layers_per_stage"])
-    stages = tuple(min(layers, max(model.num_layers - i * layers, 0)) for i in range(layout.pp))
+    stages = tuple(layers if i < layout.pp - 1 else model.num_layers - (layout.pp - 1) * layers
+                   for i in range(layout.pp))
     return Estimate(memory=mem, time=time, model_flop_per_step=row["model_flop_per_step"],
                     hardware_flop_per_step=row["hardware_flop_per_step"],
                     tokens_per_step=row["tokens_per_step"], num_gpus=layout.world,

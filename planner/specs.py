@@ -51,7 +51,9 @@ def load_model(ref) -> ModelSpec:
             raise SpecError(f"model file '{ref}' is not valid JSON at line {exc.lineno}: {exc.msg}") from None
         if not isinstance(data, dict):
             raise SpecError(f"model file '{ref}' must hold a JSON object")
-        return catalog.model_from_dict(data, name=Path(ref).parent.name or Path(ref).stem)
+        path = Path(ref)
+        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+        return catalog.model_from_dict(data, name=name)
     return catalog.load_model(ref)
 
 

@@ -173,6 +173,12 @@ STRUCTURAL = (
     Rule("pp-at-most-layers", "pp cannot exceed the {m.num_layers} layers", ("pp",),
          lambda ctx, c: c["pp"] <= ctx.model.num_layers,
          lambda ctx, v, e: v.m.add(v["pp"] <= ctx.model.num_layers).only_enforce_if(e)),
+    Rule("every-stage-has-layers", "pp must leave at least one of the {m.num_layers} layers on every stage "
+         "((pp - 1) x ceil(layers / pp) < layers)", ("pp",),
+         lambda ctx, c: (c["pp"] - 1) * -(-ctx.model.num_layers // c["pp"]) < ctx.model.num_layers,
+         lambda ctx, v, e: v.m.add_linear_expression_in_domain(v["pp"], cp_model.Domain.from_values(
+             [p for p in range(1, ctx.model.num_layers + 1)
+              if (p - 1) * -(-ctx.model.num_layers // p) < ctx.model.num_layers])).only_enforce_if(e)),
     Rule("batch-divisible", "the global batch must be a multiple of micro batch x dp", ("gbs", "mbs", "dp"),
          lambda ctx, c: c["gbs"] % (c["mbs"] * c["dp"]) == 0, _batch),
     Rule("sp-needs-tp", "sequence parallelism needs tp > 1", ("sequence_parallel", "tp"),
