@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
+
 from .comm import all_reduce_time, members_per_domain
 from .memory import activation_bytes_per_element
 from .types import ClusterSpec, Framework, ModelSpec
@@ -41,7 +43,7 @@ class PhaseTimes:
     @property
     def busy(self):
         """Wall time of the phase: the GPU's work and the exposed TP collectives, or the host."""
-        return np.maximum(self.gpu + self.tp_comm, self.host)
+        return maximum(self.gpu + self.tp_comm, self.host)
 
 
 def gemm_rate(cluster: ClusterSpec, precision):
@@ -52,7 +54,7 @@ def gemm_rate(cluster: ClusterSpec, precision):
     half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
     fp16 = g.peak_flop_per_s.get("fp16", half)
     table = np.array([fp32, fp16, half, half * g.fp8_gemm_speedup]) * g.gemm_efficiency
-    return table[np.asarray(precision)]
+    return table[asv(precision)]
 
 
 def attention_rate(cluster: ClusterSpec, precision):
@@ -60,16 +62,16 @@ def attention_rate(cluster: ClusterSpec, precision):
     g = cluster.gpu
     half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
     fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
-    return np.where(np.asarray(precision) == 0, fp32, half) * g.attention_efficiency
+    return where(asv(precision) == 0, fp32, half) * g.attention_efficiency
 
 
 def sparse_speedup(cluster: ClusterSpec, sparsity):
     """2:4 structured sparsity doubles tensor-core peak for the forward and input-gradient GEMMs
     (NVIDIA A100 whitepaper, 'Fine-grained structured sparsity'); achieved speed-up from the catalog.
     Unstructured sparsity keeps dense kernels on GPUs (background.md §3), so no speed-up."""
-    s = np.asarray(sparsity)
+    s = asv(sparsity)
     gain = cluster.gpu.sparse_gemm_speedup if cluster.gpu.sparse_2to4 else 1.0
-    return np.where(s == 1, gain, 1.0)
+    return where(s == 1, gain, 1.0)
 
 
 def _kv(m: ModelSpec) -> float:
@@ -81,14 +83,14 @@ def layer_gemm_flop(m: ModelSpec, tokens, tp):
     (Narayanan et al. 2021, eq. 3: 24 b s h^2 for GPT, here with GQA and SwiGLU)."""
     h, f = m.hidden, m.ffn_hidden
     per_token = 2.0 * (h * (h + 2.0 * _kv(m)) + h * h + (3.0 if m.gated_mlp else 2.0) * h * f)
-    return tokens * per_token / np.asarray(tp, float)
+    return tokens * per_token / asf(tp)
 
 
 def attention_flop(m: ModelSpec, tokens, seq_len, tp, flash):
     """Forward FLOP of QK^T and AV on one TP rank: 4 s h per token (Narayanan et al. 2021, eq. 3);
     FlashAttention with a causal mask computes about half (Dao 2023, §3.1)."""
-    causal = np.where(flash, 0.5, 1.0)
-    return 4.0 * tokens * np.asarray(seq_len, float) * m.hidden * causal / np.asarray(tp, float)
+    causal = where(flash, 0.5, 1.0)
+    return 4.0 * tokens * asf(seq_len) * m.hidden * causal / asf(tp)
 
 
 def layer_elementwise_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precision):
@@ -100,22 +102,22 @@ def layer_elementwise_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precis
     h, f, kv = m.hidden, m.ffn_hidden, _kv(m)
     drop = 1.0 if m.hidden_dropout > 0 else 0.0
     stream = (10.0 * h) * e + 2.0 * h * drop
-    act = np.where(m.gated_mlp, 3.0 * f, 2.0 * f) * e
+    act = where(m.gated_mlp, 3.0 * f, 2.0 * f) * e
     rope = 2.0 * (h + kv) * e if m.position == "rope" else 0.0
     copies = 2.0 * (h + 2.0 * kv) * e
     attn_drop = 1.0 if m.attention_dropout > 0 else 0.0
-    scores = m.num_heads * np.asarray(seq_len, float) * (4.0 * e + attn_drop * (2.0 * e + 1.0))
-    tp = np.asarray(tp, float)
-    split = act + rope + copies + np.where(flash, 0.0, scores)
-    return tokens * (np.where(sp, stream / tp, stream) + split / tp)
+    scores = m.num_heads * asf(seq_len) * (4.0 * e + attn_drop * (2.0 * e + 1.0))
+    tp = asf(tp)
+    split = act + rope + copies + where(flash, 0.0, scores)
+    return tokens * (where(sp, stream / tp, stream) + split / tp)
 
 
 def _kernel_counts(m: ModelSpec, flash):
     """Kernels per layer: 4 weight GEMMs, attention (1 fused or bmm-softmax-bmm), 6 elementwise
     (2 norms, 2 residual adds, activation, QKV copy), RoPE; backward twice the GEMMs."""
     rope = 1.0 if m.position == "rope" else 0.0
-    fwd = 10.0 + np.where(flash, 1.0, 3.0) + rope
-    bwd = 20.0 + np.where(flash, 2.0, 5.0) + rope
+    fwd = 10.0 + where(flash, 1.0, 3.0) + rope
+    bwd = 20.0 + where(flash, 2.0, 5.0) + rope
     return fwd, bwd
 
 
@@ -130,8 +132,8 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     elem = layer_elementwise_bytes(m, tokens, seq_len, tp, sp, flash, precision) * fw.elementwise_traffic
     bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
     # Non-flash attention runs as batched GEMMs at GEMM efficiency; flash at its own.
-    attn_rate = np.where(flash, attention_rate(cluster, precision) * fw.attention_speedup,
-                         gemm_rate(cluster, np.maximum(precision, 1)))
+    attn_rate = where(flash, attention_rate(cluster, precision) * fw.attention_speedup,
+                         gemm_rate(cluster, maximum(precision, 1)))
     n_fwd, n_bwd = _kernel_counts(m, flash)
     # TP: two all-reduces (or reduce-scatter + all-gather with SP, same bytes) per layer pass
     # (Shoeybi et al. 2019, §3, Fig. 4; Korthikanti et al. 2022, §4.2.2).
@@ -145,14 +147,14 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # attention backward 2.5x its forward with FlashAttention (recomputes QK^T; Dao 2023, §3.1.2), 2x
     # without; elementwise ops read the saved input and the output gradient and write one gradient.
     bwd = PhaseTimes(gemm=gemm_f / (rate * speed) + gemm_f / rate,
-                     attention=attn_f * np.where(flash, 2.5, 2.0) / attn_rate,
+                     attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
                      elementwise=2.0 * elem / bw, kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host, tp_comm=tp_pass * (1.0 - fw.tp_overlap))
-    core_elem = np.where(flash, 0.0, tokens * m.num_heads * np.asarray(seq_len, float) * 4.0 * e
-                         / np.asarray(tp, float)) * fw.elementwise_traffic
+    core_elem = where(flash, 0.0, tokens * m.num_heads * asf(seq_len) * 4.0 * e
+                         / asf(tp)) * fw.elementwise_traffic
     core = PhaseTimes(gemm=0.0 * gemm_f, attention=attn_f / attn_rate, elementwise=core_elem / bw,
-                      kernels=np.where(flash, 1.0, 3.0) * gpu.kernel_overhead_s,
-                      host=np.where(flash, 1.0, 3.0) * host, tp_comm=0.0 * gemm_f)
+                      kernels=where(flash, 1.0, 3.0) * gpu.kernel_overhead_s,
+                      host=where(flash, 1.0, 3.0) * host, tp_comm=0.0 * gemm_f)
     return fwd, bwd, core
 
 
@@ -160,10 +162,10 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
     """Final norm, output projection 2 b s h V / t (Narayanan et al. 2021, eq. 3, V/16lh term) and
     the vocab-parallel cross entropy over fp32 logits (read/write passes over b s V / t elements)."""
     gpu = cluster.gpu
-    rate = gemm_rate(cluster, np.minimum(precision, 2))  # Megatron keeps the output layer in bf16
+    rate = gemm_rate(cluster, minimum(precision, 2))  # Megatron keeps the output layer in bf16
     e = activation_bytes_per_element(precision)
-    flop = 2.0 * tokens * m.hidden * m.vocab / np.asarray(tp, float)
-    logits = tokens * m.vocab / np.asarray(tp, float)
+    flop = 2.0 * tokens * m.hidden * m.vocab / asf(tp)
+    logits = tokens * m.vocab / asf(tp)
     bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
     fwd_bytes = logits * (e + 12.0) + tokens * m.hidden * 2.0 * e
     bwd_bytes = logits * (e + 8.0) + tokens * m.hidden * 3.0 * e

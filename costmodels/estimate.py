@@ -10,12 +10,14 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
+
 from . import compute, memory, params, steptime
 from .comm import (grad_comm_bytes_per_param, members_per_domain, p2p_time, reduce_scatter_time,
                    weight_gather_bytes_per_param)
 from .flops import model_flop_per_token, recompute_flop_per_token
-from .types import (ClusterSpec, Estimate, Framework, Layout, LayoutBatch, MemoryBreakdown, ModelSpec,
-                    TimeBreakdown)
+from .types import (LAYOUT_FIELDS, ClusterSpec, Estimate, Framework, Layout, LayoutBatch, MemoryBreakdown,
+                    ModelSpec, TimeBreakdown)
 
 MEMORY_FIELDS = tuple(f.name for f in fields(MemoryBreakdown))
 TIME_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
@@ -38,7 +40,7 @@ class BatchEstimate:
 
 
 def _f(x):
-    return np.asarray(x, dtype=float)
+    return asf(x)
 
 
 _WORKERS = max(1, min(8, os.cpu_count() or 1))
@@ -50,9 +52,11 @@ def estimate_batch(model: ModelSpec, cluster: ClusterSpec, framework: Framework,
     """Memory per GPU (peak stage) and time per step for every layout in `layouts`."""
     n = len(layouts)
     if n <= CHUNK:
-        return BatchEstimate(_estimate_chunk(model, cluster, framework, layouts))
+        return BatchEstimate(_columns(_estimate_chunk(model, cluster, framework, layouts), n))
+
     def run(i):
-        return _estimate_chunk(model, cluster, framework, layouts.take(slice(i, i + CHUNK)))
+        chunk = layouts.take(slice(i, i + CHUNK))
+        return _columns(_estimate_chunk(model, cluster, framework, chunk), len(chunk))
 
     # numpy releases the GIL inside each operation, so chunks score in parallel on every core.
     with ThreadPoolExecutor(max_workers=min(_WORKERS, -(-n // CHUNK))) as pool:
@@ -60,7 +64,28 @@ def estimate_batch(model: ModelSpec, cluster: ClusterSpec, framework: Framework,
     return BatchEstimate({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
 
 
-def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch) -> dict:
+def _columns(cols: dict, n: int) -> dict:
+    """Every value as an array of n rows (constants broadcast)."""
+    out = {}
+    for k, v in cols.items():
+        v = np.asarray(v)
+        out[k] = v if v.shape == (n,) else np.broadcast_to(v, (n,))
+    return out
+
+
+class _OneLayout:
+    """A Layout read like a LayoutBatch, with plain Python numbers: the scalar fast path."""
+
+    def __init__(self, layout: Layout):
+        for name in LAYOUT_FIELDS:
+            value = getattr(layout, name)
+            setattr(self, name, value.code if hasattr(value, "code") else value)
+
+    def __len__(self):
+        return 1
+
+
+def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     tp, pp, dp, cp, vpp = _f(lb.tp), _f(lb.pp), _f(lb.dp), _f(lb.cp), _f(lb.vpp)
     mbs, gbs, seq = _f(lb.mbs), _f(lb.gbs), _f(lb.seq_len)
     zero, prec, rc = lb.zero, lb.precision, lb.recompute
@@ -70,11 +95,11 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     tokens = mbs * seq / cp                      # tokens of one micro-batch on one GPU
     # Layers per stage as DeepSpeed's partition_balanced (and Megatron, where they divide evenly)
     # assigns them: ceil(L / p) on every stage but the last, which takes what remains.
-    layers = np.ceil(m.num_layers / pp)
-    layers_last = np.where(pp > 1, m.num_layers - (pp - 1) * layers, layers)
+    layers = ceil(m.num_layers / pp)
+    layers_last = where(pp > 1, m.num_layers - (pp - 1) * layers, layers)
 
     def recomputed_in(stage_layers):
-        return np.where(lb.recompute_layers > 0, np.minimum(lb.recompute_layers, stage_layers), stage_layers)
+        return where(lb.recompute_layers > 0, minimum(lb.recompute_layers, stage_layers), stage_layers)
 
     recomputed = recomputed_in(layers)
     shard = dp * cp                              # ZeRO / distributed-optimizer shard group
@@ -107,11 +132,11 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
         """Per-micro-batch time of a stage's transformer layers, by component."""
         n_rc = recomputed_in(n_layers)
         return {"compute": n_layers * (lf_gpu + lb_gpu),
-                "recompute": np.where(full_rc, n_rc * lf_gpu, np.where(rc == 1, n_layers * co_gpu, 0.0)),
-                "tp_comm": n_layers * (lf_tp + lb_tp) + np.where(full_rc, n_rc * lf_tp, 0.0),
-                "cp_comm": n_layers * (cp_fwd + cp_bwd) + np.where(full_rc, n_rc * cp_fwd, 0.0),
-                "excess": n_layers * (lf_x + lb_x) + np.where(full_rc, n_rc * lf_x,
-                                                              np.where(rc == 1, n_layers * co_x, 0.0))}
+                "recompute": where(full_rc, n_rc * lf_gpu, where(rc == 1, n_layers * co_gpu, 0.0)),
+                "tp_comm": n_layers * (lf_tp + lb_tp) + where(full_rc, n_rc * lf_tp, 0.0),
+                "cp_comm": n_layers * (cp_fwd + cp_bwd) + where(full_rc, n_rc * cp_fwd, 0.0),
+                "excess": n_layers * (lf_x + lb_x) + where(full_rc, n_rc * lf_x,
+                                                              where(rc == 1, n_layers * co_x, 0.0))}
 
     body = body_of(layers)
     body_last = body_of(layers_last)
@@ -127,59 +152,59 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     # sends the whole tensor from every TP rank (deepspeed/runtime/pipe/p2p.py).
     crosses = tp * cp * dp >= c.nvlink_domain
     split = tp if fw.pp_scatter_gather else 1.0
-    p2p = np.where(pp > 1, 2.0 * p2p_time(tokens * m.hidden * e / split, crosses, c), 0.0)
+    p2p = where(pp > 1, 2.0 * p2p_time(tokens * m.hidden * e / split, crosses, c), 0.0)
 
     # ZeRO-2 reduce-scatters and ZeRO-3 gathers happen every micro-batch.
     layer_p = params.layer_params(m)
-    first_p = layers * layer_p + params.embedding_params(m) + np.where(pp <= 1, params.output_params(m), 0.0)
+    first_p = layers * layer_p + params.embedding_params(m) + where(pp <= 1, params.output_params(m), 0.0)
     last_out = params.output_params(m) + (m.vocab * m.hidden if m.tied_embeddings else 0.0)
-    last_p = layers_last * layer_p + np.where(pp <= 1, params.embedding_params(m) + params.output_params(m), last_out)
-    stage_p = np.maximum(first_p, last_p) / tp                    # weights per GPU, bigger stage
+    last_p = layers_last * layer_p + where(pp <= 1, params.embedding_params(m) + params.output_params(m), last_out)
+    stage_p = maximum(first_p, last_p) / tp                    # weights per GPU, bigger stage
     gbytes = grad_comm_bytes_per_param(lb.grad_comm, prec)
     wbytes = weight_gather_bytes_per_param(lb.grad_comm, prec)
-    gathers = 2.0 + np.where(full_rc, 1.0, 0.0)
+    gathers = 2.0 + where(full_rc, 1.0, 0.0)
     z3 = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, gathers, shard, tp, c)
     z3 = z3 / fw.zero3_gather_efficiency
     mb_compute = body["compute"] + body["recompute"]
-    z3_exposed = np.where(zero >= 3, np.maximum(z3 - fw.zero3_overlap * mb_compute, 0.0), 0.0)
+    z3_exposed = where(zero >= 3, maximum(z3 - fw.zero3_overlap * mb_compute, 0.0), 0.0)
     k_dp = members_per_domain(shard, tp, c.nvlink_domain)
     z2_rs = reduce_scatter_time(stage_p * gbytes, shard, k_dp, c)
-    dp_overlap = np.where(pp > 1, fw.dp_overlap_pipelined, np.where(zero == 0, fw.dp_overlap_zero0, fw.dp_overlap))
-    z2_exposed = np.where(zero == 2, np.maximum(z2_rs - dp_overlap * layers * lb_gpu, 0.0), 0.0)
+    dp_overlap = where(pp > 1, fw.dp_overlap_pipelined, where(zero == 0, fw.dp_overlap_zero0, fw.dp_overlap))
+    z2_exposed = where(zero == 2, maximum(z2_rs - dp_overlap * layers * lb_gpu, 0.0), 0.0)
     # Parameters streamed from host memory (ZeRO-Infinity offload_param) once per use.
     nvme_per_gpu = max(c.nvme_bytes_per_s, 1.0) / c.gpus_per_node
-    fetch_rate = np.where(lb.offload_params == 2, min(c.pcie_bytes_per_s, nvme_per_gpu), c.pcie_bytes_per_s)
+    fetch_rate = where(lb.offload_params == 2, min(c.pcie_bytes_per_s, nvme_per_gpu), c.pcie_bytes_per_s)
     param_fetch = stage_p * 2.0 * gathers / fetch_rate
     hidden = fw.offload_overlap * param_fetch
-    offload_p = np.where((zero >= 3) & (lb.offload_params > 0),
-                         param_fetch - hidden + np.maximum(hidden - mb_compute, 0.0), 0.0)
+    offload_p = where((zero >= 3) & (lb.offload_params > 0),
+                         param_fetch - hidden + maximum(hidden - mb_compute, 0.0), 0.0)
 
     per_mb_shared = {"pp_comm": p2p, "zero_comm": z3_exposed, "dp_comm": z2_exposed, "offload": offload_p}
 
     def tau(stage_body, extra):
         return sum(stage_body.values()) + sum(per_mb_shared.values()) + sum(extra.values())
 
-    tau_first = tau(body, first_extra) + np.where(pp <= 1, sum(last_extra.values()), 0.0)
+    tau_first = tau(body, first_extra) + where(pp <= 1, sum(last_extra.values()), 0.0)
     tau_last = tau(body_last, last_extra)
     tau_mid = tau(body, {})
     t_pipe, tau_max, last_is_max = steptime.pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, n_micro)
 
     def bottleneck(key):
-        first = body.get(key, 0.0) + first_extra.get(key, 0.0) + np.where(pp <= 1, last_extra.get(key, 0.0), 0.0)
+        first = body.get(key, 0.0) + first_extra.get(key, 0.0) + where(pp <= 1, last_extra.get(key, 0.0), 0.0)
         last = body_last.get(key, 0.0) + last_extra.get(key, 0.0)
-        return np.where(last_is_max, last, first)
+        return where(last_is_max, last, first)
 
     # ---- once per step ------------------------------------------------------------------------
     grad_sync, weight_sync = steptime.dp_gradient_sync_time(stage_p * gbytes, stage_p * wbytes, zero,
                                                              shard, tp, c)
-    grad_sync = np.where(zero >= 2, 0.0, grad_sync)            # ZeRO-2/3 reduced per micro-batch
-    weight_sync = np.where(zero >= 3, 0.0, weight_sync)        # ZeRO-3 gathers per micro-batch
+    grad_sync = where(zero >= 2, 0.0, grad_sync)            # ZeRO-2/3 reduced per micro-batch
+    weight_sync = where(zero >= 3, 0.0, weight_sync)        # ZeRO-3 gathers per micro-batch
     window = dp_overlap * layers * lb_gpu                      # last micro-batch's backward
-    dp_exposed = (np.maximum(grad_sync - window, 0.0)
+    dp_exposed = (maximum(grad_sync - window, 0.0)
                   + weight_sync * (1.0 - fw.param_gather_overlap))
-    local = stage_p / np.where(zero >= 1, shard, 1.0)
+    local = stage_p / where(zero >= 1, shard, 1.0)
     opt_off = lb.offload_optimizer
-    opt_gpu = np.where(opt_off > 0, 0.0, steptime.optimizer_step_time(local, c, prec))
+    opt_gpu = where(opt_off > 0, 0.0, steptime.optimizer_step_time(local, c, prec))
     opt_host = steptime.offloaded_optimizer_time(local, opt_off, c)
 
     time = {
@@ -208,7 +233,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     act_last = memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers_last,
                                               recomputed_in(layers_last), inflight_last)
     logits = memory.logits_bytes(m, tokens, tp, fw)
-    logits_first = np.where(pp <= 1, logits, 0.0)
+    logits_first = where(pp <= 1, logits, 0.0)
 
     def states(p):
         return memory.model_state_bytes(p / tp, prec, zero, shard, opt_off, lb.offload_params, fw,
@@ -217,7 +242,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     wf, gf, of = states(first_p)
     wl, gl, ol = states(last_p)
     working = memory.zero3_working_params(layer_p / tp, stage_p, fw) * memory.activation_bytes_per_element(prec)
-    working = np.where(zero >= 3, working, 0.0)
+    working = where(zero >= 3, working, 0.0)
     workspace = memory.backward_workspace_bytes(m, tokens, tp, prec)
     buffers = fw.comm_buffer_bytes + 0.0 * step
 
@@ -227,7 +252,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     alloc_first = allocated(wf, gf, of, act_first, logits_first)
     alloc_last = allocated(wl, gl, ol, act_last, logits)
     last_peaks = (pp > 1) & (alloc_last > alloc_first)
-    pick = lambda first, last: np.where(last_peaks, last, first)  # noqa: E731
+    pick = lambda first, last: where(last_peaks, last, first)  # noqa: E731
     mem = {
         "weights": pick(wf, wl) + working,
         "grads": pick(gf, gl),
@@ -243,10 +268,10 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
     total_mem = alloc + mem["fragmentation"] + mem["cuda_context"]
 
     # Host memory for offloaded optimizer state: fp32 master, moments and gradients (16 B/param).
-    host_per_node = np.where(opt_off > 0, local * 16.0 * c.gpus_per_node, 0.0)
-    host_per_node = host_per_node + np.where(lb.offload_params > 0, local * 2.0 * c.gpus_per_node, 0.0)
-    nvme_needed = np.where(opt_off == 2, host_per_node, 0.0)
-    host_fits = np.where(opt_off == 2, nvme_needed <= c.nvme_bytes, host_per_node <= c.host_memory_bytes)
+    host_per_node = where(opt_off > 0, local * 16.0 * c.gpus_per_node, 0.0)
+    host_per_node = host_per_node + where(lb.offload_params > 0, local * 2.0 * c.gpus_per_node, 0.0)
+    nvme_needed = where(opt_off == 2, host_per_node, 0.0)
+    host_fits = where(opt_off == 2, nvme_needed <= c.nvme_bytes, host_per_node <= c.host_memory_bytes)
 
     # ---- throughput ----------------------------------------------------------------------------
     tokens_step = gbs * seq
@@ -277,27 +302,21 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb: LayoutBatch
         "peak_flop_per_s": peak,
         "num_gpus": world,
         "layers_per_stage": layers,
-        "memory_peak_stage": np.where(last_peaks, pp - 1, 0.0),
+        "memory_peak_stage": where(last_peaks, pp - 1, 0.0),
     })
-    n = len(lb)
-    out = {}
-    for k, v in cols.items():
-        v = np.asarray(v)
-        out[k] = v if v.shape == (n,) else np.broadcast_to(v, (n,))
-    return out
+    return cols
 
 
 def _peak_for(c: ClusterSpec, precision):
     """Dense peak FLOP/s of the layout's precision (TF32 for fp32), the MFU denominator."""
     p = c.gpu.peak_flop_per_s
     fp32 = p.get("tf32") or p.get("fp32", 0.0)
-    return np.array([fp32, p.get("fp16", 0.0), p.get("bf16", 0.0), p.get("fp8", 0.0)])[np.asarray(precision)]
+    return np.array([fp32, p.get("fp16", 0.0), p.get("bf16", 0.0), p.get("fp8", 0.0)])[asv(precision)]
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout) -> Estimate:
     """Memory and time of one layout (the batch estimator on a batch of one)."""
-    b = estimate_batch(model, cluster, framework, LayoutBatch.from_layouts([layout]))
-    row = {k: float(np.asarray(v)[0]) for k, v in b.columns.items()}
+    row = {k: float(v) for k, v in _estimate_chunk(model, cluster, framework, _OneLayout(layout)).items()}
     mem = MemoryBreakdown(**{k: row[f"mem_{k}"] for k in MEMORY_FIELDS})
     time = TimeBreakdown(**{k: row[f"time_{k}"] for k in TIME_FIELDS})
     layers = int(row["layers_per_stage"])

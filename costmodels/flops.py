@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
+
 from .params import matmul_params_per_layer
 from .types import ModelSpec
 
@@ -21,7 +23,7 @@ def forward_matmul_flop_per_token(m: ModelSpec) -> float:
 
 def forward_attention_flop_per_token(m: ModelSpec, seq_len):
     """QK^T and attention x V: 2 * 2 * s * h per layer per token (Narayanan et al. 2021, eq. 3)."""
-    return 4.0 * m.num_layers * np.asarray(seq_len, dtype=float) * m.hidden
+    return 4.0 * m.num_layers * asf(seq_len) * m.hidden
 
 
 def model_flop_per_token(m: ModelSpec, seq_len):
@@ -31,7 +33,7 @@ def model_flop_per_token(m: ModelSpec, seq_len):
 
 def narayanan_flop_per_step(m: ModelSpec, global_batch, seq_len):
     """Narayanan et al. 2021 eq. (3), with recompute: 96 B s l h^2 (1 + s/6h + V/16lh); GPT only."""
-    B, s = np.asarray(global_batch, float), np.asarray(seq_len, float)
+    B, s = asf(global_batch), asf(seq_len)
     l, h, V = m.num_layers, m.hidden, m.vocab
     return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
 
@@ -39,8 +41,8 @@ def narayanan_flop_per_step(m: ModelSpec, global_batch, seq_len):
 def recompute_flop_per_token(m: ModelSpec, seq_len, recompute_code, recomputed_share=1.0):
     """Extra forward work: full recompute repeats the layers' forward (Chen et al. 2016, §3);
     selective repeats only the attention core (Korthikanti et al. 2022, §4.2)."""
-    code = np.asarray(recompute_code)
+    code = asv(recompute_code)
     layers_fwd = 2.0 * m.num_layers * matmul_params_per_layer(m) + forward_attention_flop_per_token(m, seq_len)
     full = layers_fwd * recomputed_share
     selective = forward_attention_flop_per_token(m, seq_len)
-    return np.where(code == 2, full, np.where(code == 1, selective, 0.0))
+    return where(code == 2, full, where(code == 1, selective, 0.0))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
+
 from .types import Framework, ModelSpec
 
 FP32 = 0
@@ -17,7 +19,7 @@ FP8 = 3
 def activation_bytes_per_element(precision):
     """Activations are 16-bit in mixed precision and fp8 training (Transformer Engine keeps
     bf16 activations outside GEMMs), 32-bit in fp32 training."""
-    return np.where(np.asarray(precision) == FP32, 4.0, 2.0)
+    return where(asv(precision) == FP32, 4.0, 2.0)
 
 
 _PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
@@ -29,9 +31,9 @@ def state_bytes_per_param(precision, fw: Framework, zero=1):
     plus what the framework adds (fp32 gradient accumulation, fp32 gradient partitions)."""
     with_zero = np.array([fw.state_bytes[name] for name in _PRECISIONS])   # rows by precision code
     no_zero = np.array([fw.state_bytes_zero0[name] for name in _PRECISIONS])
-    p = np.asarray(precision)
-    z0 = np.asarray(zero) == 0
-    return tuple(np.where(z0, no_zero[p, k], with_zero[p, k]) for k in range(3))
+    p = asv(precision)
+    z0 = asv(zero) == 0
+    return tuple(where(z0, no_zero[p, k], with_zero[p, k]) for k in range(3))
 
 
 def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload_params,
@@ -42,19 +44,19 @@ def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload
 
     Returns (weights, grads, optimizer) in bytes.
     """
-    zero = np.asarray(zero)
-    shard = np.asarray(shard, dtype=float)
+    zero = asv(zero)
+    shard = asf(shard)
     w_b, g_b, o_b = state_bytes_per_param(precision, fw, zero)
     # DeepSpeed's BF16_Optimizer shards the optimizer over data parallelism even at ZeRO stage 0.
     shards_at_zero0 = np.array([name in fw.zero0_shards_optimizer for name in _PRECISIONS])
-    opt_sharded = (zero >= 1) | shards_at_zero0[np.asarray(precision)]
+    opt_sharded = (zero >= 1) | shards_at_zero0[asv(precision)]
     if fw.grad_buffer_follows_comm:
-        g_b = np.where(np.asarray(grad_comm) > 0, np.minimum(g_b, 2.0), g_b)
-    weights = params * np.where(zero >= 3, w_b / shard, w_b)
-    weights = np.where((zero >= 3) & (np.asarray(offload_params) > 0), 0.0, weights)
-    grads = params * np.where(zero >= 2, g_b / shard, g_b)
-    optimizer = params * np.where(opt_sharded, o_b / shard, o_b)
-    optimizer = np.where(np.asarray(offload_optimizer) > 0, 0.0, optimizer)
+        g_b = where(asv(grad_comm) > 0, minimum(g_b, 2.0), g_b)
+    weights = params * where(zero >= 3, w_b / shard, w_b)
+    weights = where((zero >= 3) & (asv(offload_params) > 0), 0.0, weights)
+    grads = params * where(zero >= 2, g_b / shard, g_b)
+    optimizer = params * where(opt_sharded, o_b / shard, o_b)
+    optimizer = where(asv(offload_optimizer) > 0, 0.0, optimizer)
     return weights, grads, optimizer
 
 
@@ -62,8 +64,8 @@ def zero3_working_params(layer_params_local, mp_params, fw: Framework):
     """ZeRO-3 / FSDP gather weights just before use and prefetch the next: FSDP holds whole blocks
     (the current and the prefetched one), DeepSpeed at most stage3_max_live_parameters
     (Rajbhandari et al. 2021, arXiv:2104.07857, §6.2), never more than the model part itself."""
-    live = np.minimum(fw.zero3_live_layers * layer_params_local, fw.zero3_live_params)
-    return np.minimum(np.maximum(live, 0.0), mp_params)
+    live = minimum(fw.zero3_live_layers * layer_params_local, fw.zero3_live_params)
+    return minimum(maximum(live, 0.0), mp_params)
 
 
 def layer_activation_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precision, fp8_input_bytes=1.0):
@@ -75,7 +77,7 @@ def layer_activation_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precisi
     output, its dropout mask and output) is what selective recompute and FlashAttention avoid.
     """
     e = activation_bytes_per_element(precision)
-    g = np.where(np.asarray(precision) == FP8, fp8_input_bytes, e)   # GEMM inputs saved in fp8 (TE)
+    g = where(asv(precision) == FP8, fp8_input_bytes, e)   # GEMM inputs saved in fp8 (TE)
     h, f = m.hidden, m.ffn_hidden
     kv = h * m.num_kv_heads / m.num_heads
     drop = 1.0 if m.hidden_dropout > 0 else 0.0
@@ -84,13 +86,13 @@ def layer_activation_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precisi
     replicated = 2.0 * h * e + 2.0 * h * g + 2.0 * h * drop
     # Split across TP ranks: Q, K, V, projection input, MLP activation inputs (gated: gate and up,
     # then the product feeding fc2), flash-attention softmax statistics (fp32 per head).
-    mlp = np.where(m.gated_mlp, 2.0 * f, 1.0 * f) * e + f * g
-    split = (h + 2.0 * kv) * e + h * g + mlp + np.where(flash, 4.0 * m.num_heads, 0.0)
+    mlp = where(m.gated_mlp, 2.0 * f, 1.0 * f) * e + f * g
+    split = (h + 2.0 * kv) * e + h * g + mlp + where(flash, 4.0 * m.num_heads, 0.0)
     attn_drop = 1.0 if m.attention_dropout > 0 else 0.0
     # Softmax output (e), its dropout mask (1 byte) and dropout output (e) per score (5as with e=2).
-    core = np.where(flash, 0.0, m.num_heads * np.asarray(seq_len, float) * (e + attn_drop * (1.0 + e)))
-    tp = np.asarray(tp, dtype=float)
-    per_token = np.where(sp, (replicated + split) / tp, replicated + split / tp)
+    core = where(flash, 0.0, m.num_heads * asf(seq_len) * (e + attn_drop * (1.0 + e)))
+    tp = asf(tp)
+    per_token = where(sp, (replicated + split) / tp, replicated + split / tp)
     return tokens * per_token, tokens * core / tp
 
 
@@ -99,14 +101,14 @@ def backward_workspace_bytes(m: ModelSpec, tokens, tp, precision):
     gradients of the widest MLP tensors (2h + 2f', f' = 2f when gated), split over TP."""
     e = activation_bytes_per_element(precision)
     wide = (2.0 if m.gated_mlp else 1.0) * m.ffn_hidden
-    return tokens * (2.0 * m.hidden + 2.0 * wide) * e / np.asarray(tp, float)
+    return tokens * (2.0 * m.hidden + 2.0 * wide) * e / asf(tp)
 
 
 def checkpoint_bytes(m: ModelSpec, tokens, tp, sp, precision):
     """Full recompute keeps only each layer's input, sbh x 2 bytes, split over TP with sequence
     parallelism or DeepSpeed's partition-activations (Korthikanti et al. 2022, §4.1)."""
     e = activation_bytes_per_element(precision)
-    return tokens * m.hidden * e / np.where(sp, np.asarray(tp, float), 1.0)
+    return tokens * m.hidden * e / where(sp, asf(tp), 1.0)
 
 
 def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_layers, inflight):
@@ -116,13 +118,13 @@ def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_la
     backward additionally materialises what recompute threw away (one layer's worth), so stronger
     recompute never needs more memory (Korthikanti et al. 2022, §4-5).
     """
-    recompute = np.asarray(recompute)
-    full_layers = np.where(recomputed_layers > 0, np.minimum(recomputed_layers, layers), layers)
+    recompute = asv(recompute)
+    full_layers = where(recomputed_layers > 0, minimum(recomputed_layers, layers), layers)
     none_total = inflight * layers * (stored + core)
     selective_total = inflight * layers * stored + core
     full_total = (inflight * (full_layers * ckpt + (layers - full_layers) * (stored + core))
-                  + np.where(full_layers > 0, stored + core - ckpt, 0.0))
-    return np.where(recompute == 2, full_total, np.where(recompute == 1, selective_total, none_total))
+                  + where(full_layers > 0, stored + core - ckpt, 0.0))
+    return where(recompute == 2, full_total, where(recompute == 1, selective_total, none_total))
 
 
 def inflight_microbatches(pp, vpp, num_microbatches, stage):
@@ -130,22 +132,22 @@ def inflight_microbatches(pp, vpp, num_microbatches, stage):
     (Narayanan et al. 2021, §2.2.1). Interleaved: Megatron warms up 2(p - stage - 1) + (v - 1)p
     chunks of L/(pv) layers, plus the one in flight (Narayanan et al. 2021, §2.2.2); returned in
     units of whole stages (v chunks)."""
-    pp = np.asarray(pp, float)
-    vpp = np.asarray(vpp, float)
-    m = np.asarray(num_microbatches, float)
-    plain = np.minimum(pp - stage, m)
-    chunks = np.minimum(2.0 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
-    return np.where(vpp > 1, chunks / vpp, np.maximum(plain, 1.0))
+    pp = asf(pp)
+    vpp = asf(vpp)
+    m = asf(num_microbatches)
+    plain = minimum(pp - stage, m)
+    chunks = minimum(2.0 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
+    return where(vpp > 1, chunks / vpp, maximum(plain, 1.0))
 
 
 def logits_bytes(m: ModelSpec, tokens, tp, fw: Framework):
     """Output-layer logits at the loss: bf16 logits plus the fp32 copy the vocab-parallel cross
     entropy works on (Korthikanti et al. 2022, §4.3: 4sbv/t for the fp32 part)."""
-    return tokens * m.vocab / np.asarray(tp, float) * fw.logits_bytes_per_element
+    return tokens * m.vocab / asf(tp) * fw.logits_bytes_per_element
 
 
 def embedding_activation_bytes(m: ModelSpec, tokens, tp, sp, precision):
     """Embedding output and its dropout mask on the first stage (Korthikanti et al. 2022, §4.3)."""
     e = activation_bytes_per_element(precision)
     drop = 1.0 if m.hidden_dropout > 0 else 0.0
-    return tokens * m.hidden * (e + drop) / np.where(sp, np.asarray(tp, float), 1.0)
+    return tokens * m.hidden * (e + drop) / where(sp, asf(tp), 1.0)

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
+
 from .comm import all_gather_time, all_to_all_time, members_per_domain, reduce_scatter_time, all_reduce_time
 
 
 def pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, num_microbatches):
     """Returns (total, bottleneck tau, is_last_bottleneck) for one step's forward+backward passes."""
-    pp = np.asarray(pp, float)
+    pp = asf(pp)
     single = pp <= 1
-    total_sum = np.where(single, tau_first, tau_first + tau_last + np.maximum(pp - 2, 0) * tau_mid)
-    tau_max = np.where(single, tau_first, np.maximum(tau_first, tau_last))
-    m = np.asarray(num_microbatches, float)
-    v = np.asarray(vpp, float)
+    total_sum = where(single, tau_first, tau_first + tau_last + maximum(pp - 2, 0) * tau_mid)
+    tau_max = where(single, tau_first, maximum(tau_first, tau_last))
+    m = asf(num_microbatches)
+    v = asf(vpp)
     total = m * tau_max + (total_sum - tau_max) / v
     return total, tau_max, (~single) & (tau_last > tau_first)
 
@@ -30,10 +32,10 @@ def dp_gradient_sync_time(grad_bytes, weight_bytes, zero, group, stride, cluster
     the updated 16-bit weights (Rajbhandari et al. 2020, §7: same volume as all-reduce).
     Returns (gradient part, weight all-gather part)."""
     k = members_per_domain(group, stride, cluster.nvlink_domain)
-    zero = np.asarray(zero)
-    grads = np.where(zero == 0, all_reduce_time(grad_bytes, group, k, cluster),
+    zero = asv(zero)
+    grads = where(zero == 0, all_reduce_time(grad_bytes, group, k, cluster),
                      reduce_scatter_time(grad_bytes, group, k, cluster))
-    weights = np.where(zero == 0, 0.0, all_gather_time(weight_bytes, group, k, cluster))
+    weights = where(zero == 0, 0.0, all_gather_time(weight_bytes, group, k, cluster))
     return grads, weights
 
 
@@ -51,7 +53,7 @@ def optimizer_step_time(local_params, cluster, precision):
     and the 16-bit copy, plus the gradient-norm pass: about 38 bytes per local parameter
     (fused multi-tensor Adam; Rajbhandari et al. 2020 count 16 bytes of state per parameter)."""
     gpu = cluster.gpu
-    bytes_per_param = np.where(np.asarray(precision) == 0, 32.0, 38.0)
+    bytes_per_param = where(asv(precision) == 0, 32.0, 38.0)
     return local_params * bytes_per_param / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency)
 
 
@@ -64,29 +66,29 @@ def offloaded_optimizer_time(local_params, offload, cluster):
     cpu = local_params / per_gpu_cpu_rate
     pcie = local_params * 6.0 / cluster.pcie_bytes_per_s
     nvme_rate = max(cluster.nvme_bytes_per_s, 1.0) / cluster.gpus_per_node
-    nvme = np.where(np.asarray(offload) == 2, local_params * 24.0 / nvme_rate, 0.0)
-    return np.where(np.asarray(offload) > 0, cpu + pcie + nvme, 0.0)
+    nvme = where(asv(offload) == 2, local_params * 24.0 / nvme_rate, 0.0)
+    return where(asv(offload) > 0, cpu + pcie + nvme, 0.0)
 
 
 def cp_exchange_time(kv_bytes, cp, stride, attention_time, cluster):
     """Ring attention (Liu et al. 2023, arXiv:2310.01889, §3): cp - 1 steps each passing one K/V
     block to the next rank, overlapped with the attention of the block in hand; only the
     excess is exposed."""
-    cp = np.asarray(cp, float)
+    cp = asf(cp)
     k = members_per_domain(cp, stride, cluster.nvlink_domain)
     inside = k >= cp
-    rate = np.where(inside, cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency,
+    rate = where(inside, cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency,
                     cluster.network_bytes_per_s * cluster.network_efficiency)
-    latency = np.where(inside, cluster.nvlink_latency_s, cluster.network_latency_s)
+    latency = where(inside, cluster.nvlink_latency_s, cluster.network_latency_s)
     comm = (cp - 1) * (kv_bytes / rate + latency)
-    return np.where(cp > 1, np.maximum(comm - attention_time, 0.0), 0.0)
+    return where(cp > 1, maximum(comm - attention_time, 0.0), 0.0)
 
 
 def ulysses_exchange_time(qkv_bytes, out_bytes, cp, stride, cluster):
     """DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv:2309.14509, §3.1): an all-to-all turns the
     sequence-split Q, K, V into head-split ones before attention and another turns the output
     back; not overlapped with compute."""
-    cp = np.asarray(cp, float)
+    cp = asf(cp)
     k = members_per_domain(cp, stride, cluster.nvlink_domain)
     t = all_to_all_time(qkv_bytes, cp, k, cluster) + all_to_all_time(out_bytes, cp, k, cluster)
-    return np.where(cp > 1, t, 0.0)
+    return where(cp > 1, t, 0.0)

@@ -108,10 +108,11 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
 
     def work():
         from .output import check_out_dir, default_storage
+        from .search import USER_CACHE
         if out:
             check_out_dir(out, force)
         choices = {k: _split(v) for k, v in knobs.items() if v is not None}
-        store = storage or (default_storage(out) if out else None)
+        store = storage or (default_storage(out) if out else USER_CACHE)
         reporter = Progress(show, "trials" if method == "optuna" else "blocks")
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,

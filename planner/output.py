@@ -111,3 +111,10 @@ def default_storage(out) -> str:
     """SQLite file next to the output directory (not inside: the directory is replaced atomically)."""
     p = Path(out).resolve()
     return f"sqlite:///{p.parent / (p.name + '.optuna.db')}"
+
+
+def cache_storage() -> str:
+    """SQLite file in the user's cache directory, for searches without --out (so they resume too)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-train-planner"
+    base.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{base / 'studies.db'}"

@@ -12,7 +12,6 @@ import itertools
 import json
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -23,11 +22,12 @@ from costmodels.types import ClusterSpec, Estimate, Layout, LayoutBatch, ModelSp
 from costmodels.units import GiB, fmt_bytes
 from search_spaces import cpsat
 from search_spaces.constraints import Ctx
-from search_spaces.frameworks import FrameworkProfile, layout_columns
+from search_spaces.frameworks import FrameworkProfile
 from search_spaces.space import CORE_KNOBS, ENUMS, KNOBS, SearchRequest, Space, build_space
 
 from .rank import objective_values, order, pareto_front
 
+USER_CACHE = "user-cache"     # storage placeholder: an SQLite file in ~/.cache, made only if Optuna runs
 LATTICE_LIMIT = 4_000_000      # layouts scored exhaustively; above this Optuna samples
 SCORE_CHUNK = 400_000          # layouts per estimate_batch call (bounds memory)
 KEEP = 512                     # best layouts kept per chunk for ranking and runner-ups
@@ -222,6 +222,9 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
         sampler = optuna.samplers.TPESampler(seed=settings.seed, multivariate=True,
                                              n_startup_trials=min(200, settings.trials // 5))
     storage = settings.storage
+    if storage == USER_CACHE:
+        from .output import cache_storage
+        storage = cache_storage()
     name = settings.study_name or default_study_name(space, profile, settings)
     try:
         study = _open_study(optuna, name, storage, sampler, len(settings.objectives))
@@ -488,9 +491,5 @@ def _lowest_memory(model, cluster, profile, space) -> float | None:
     return best
 
 
-def plan_layout_values(layout: Layout) -> dict:
-    return {k: int(v[0]) for k, v in layout_columns(layout).items()}
-
-
 __all__ = ["search", "SearchSettings", "PlanResult", "Plan", "exhaustive_reference", "LATTICE_LIMIT",
-           "values_to_layout", "columns_to_batch", "default_study_name", "Path"]
+           "values_to_layout", "columns_to_batch", "default_study_name"]
