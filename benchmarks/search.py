@@ -40,8 +40,9 @@ def speed():
         t = time.perf_counter()
         r = planner.plan(model, gpu, gpus=n, global_batch=gbs)
         dt = time.perf_counter() - t
-        print(f"{model} on {n} x {gpu}: {dt:.2f} s; {r.considered:,} layouts in the space, {r.lattice:,} satisfy "
-              f"the rules, {r.scored:,} scored ({r.scored / dt:,.0f} scored/s), {r.fitting:,} fit")
+        print(f"{model} on {n} x {gpu}: {dt:.2f} s; {r.considered:,} layouts in the space "
+              f"({r.considered / dt:,.0f}/s considered), {r.checked:,} combined from CP-SAT's sub-lattices and "
+              f"checked ({r.checked / dt:,.0f}/s), {r.lattice:,} satisfy every rule and were scored, {r.fitting:,} fit")
         print(f"   best: {layout_line(r.best.layout)}  {r.best.estimate.step_time_s:.3f} s/step, "
               f"MFU {r.best.estimate.mfu * 100:.1f}%")
 

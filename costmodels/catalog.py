@@ -206,7 +206,7 @@ def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = N
 
 _MODEL_KEYS = {"name", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
                "max_seq_len", "gated_mlp", "tied_embeddings", "norm", "position", "bias",
-               "hidden_dropout", "attention_dropout", "source"}
+               "hidden_dropout", "attention_dropout", "rope_theta", "source"}
 
 # Alternative spellings: the validation schema, Megatron flags, Hugging Face config.json.
 _MODEL_ALIASES = {
@@ -274,7 +274,8 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
         vocab=int(get("vocab_size", default=0)) or 0,
         max_seq_len=int(get("max_position_embeddings", "n_positions", "seq_length", default=2048)),
         gated_mlp=gated, tied_embeddings=tied, norm=norm, position=position, bias=bias,
-        hidden_dropout=dropout, attention_dropout=attn_dropout, source="Hugging Face config.json",
+        hidden_dropout=dropout, attention_dropout=attn_dropout,
+        rope_theta=float(get("rope_theta", "rotary_emb_base", default=10000.0)), source="Hugging Face config.json",
     )
 
 

@@ -25,6 +25,14 @@ def activation_bytes_per_element(precision):
 _PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
 
 
+def bf16_optimizer_in_use(precision, zero, fw: Framework):
+    """DeepSpeed's BF16_Optimizer (fp32 gradient buffer, optimizer sharded over data parallelism)
+    runs at ZeRO stage 0 and, with grad_accum_dtype fp32 as the planner emits it, at stage 1
+    (deepspeed/runtime/engine.py _configure_optimizer)."""
+    shards = np.array([name in fw.zero0_shards_optimizer for name in _PRECISIONS])
+    return (asv(zero) <= 1) & lookup(shards, precision)
+
+
 def state_bytes_per_param(precision, fw: Framework, zero=1):
     """Bytes per parameter of (weights, gradients, optimizer state) in the framework's mixed-precision
     scheme; for 16-bit Adam 2 + 2 + 12 (Rajbhandari et al. 2020, arXiv:1910.02054, §3.1, K = 12),
@@ -32,8 +40,8 @@ def state_bytes_per_param(precision, fw: Framework, zero=1):
     with_zero = np.array([fw.state_bytes[name] for name in _PRECISIONS])   # rows by precision code
     no_zero = np.array([fw.state_bytes_zero0[name] for name in _PRECISIONS])
     p = asv(precision)
-    z0 = asv(zero) == 0
-    return tuple(where(z0, no_zero[p, k], with_zero[p, k]) for k in range(3))
+    z0 = (asv(zero) == 0) | bf16_optimizer_in_use(precision, zero, fw)
+    return tuple(where(z0, lookup(no_zero[:, k], p), lookup(with_zero[:, k], p)) for k in range(3))
 
 
 def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload_params,
@@ -48,8 +56,7 @@ def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload
     shard = asf(shard)
     w_b, g_b, o_b = state_bytes_per_param(precision, fw, zero)
     # DeepSpeed's BF16_Optimizer shards the optimizer over data parallelism even at ZeRO stage 0.
-    shards_at_zero0 = np.array([name in fw.zero0_shards_optimizer for name in _PRECISIONS])
-    opt_sharded = (zero >= 1) | shards_at_zero0[asv(precision)]
+    opt_sharded = (zero >= 1) | bf16_optimizer_in_use(precision, zero, fw)
     if fw.grad_buffer_follows_comm:
         g_b = where(asv(grad_comm) > 0, minimum(g_b, 2.0), g_b)
     weights = params * where(zero >= 3, w_b / shard, w_b)

@@ -27,15 +27,18 @@ def pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, num_microbatches):
     return total, tau_max, (~single) & (tau_last > tau_first)
 
 
-def dp_gradient_sync_time(grad_bytes, weight_bytes, zero, group, stride, cluster):
+def dp_gradient_sync_time(grad_bytes, weight_bytes, zero, group, stride, cluster, bf16_optimizer=False):
     """Once per step: ZeRO-0 all-reduces gradients; ZeRO-1 reduce-scatters them and all-gathers
-    the updated 16-bit weights (Rajbhandari et al. 2020, §7: same volume as all-reduce).
+    the updated 16-bit weights (Rajbhandari et al. 2020, §7: same volume as all-reduce); DeepSpeed's
+    BF16_Optimizer all-reduces the gradients and then all-gathers the updated weight partitions.
     Returns (gradient part, weight all-gather part)."""
     k = members_per_domain(group, stride, cluster.nvlink_domain)
     zero = asv(zero)
-    grads = where(zero == 0, all_reduce_time(grad_bytes, group, k, cluster),
-                     reduce_scatter_time(grad_bytes, group, k, cluster))
-    weights = where(zero == 0, 0.0, all_gather_time(weight_bytes, group, k, cluster))
+    full_reduce = (zero == 0) | bf16_optimizer
+    grads = where(full_reduce, all_reduce_time(grad_bytes, group, k, cluster),
+                  reduce_scatter_time(grad_bytes, group, k, cluster))
+    weights = where((zero == 0) & ~np.asarray(bf16_optimizer, dtype=bool), 0.0,
+                    all_gather_time(weight_bytes, group, k, cluster))
     return grads, weights
 
 

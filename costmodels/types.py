@@ -113,6 +113,7 @@ class ModelSpec:
     bias: bool = True                  # biases in the linear layers
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
+    rope_theta: float = 10000.0        # RoPE base (Llama 3: 500000)
     source: str = ""
 
     def __post_init__(self):

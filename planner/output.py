@@ -55,6 +55,7 @@ def plan_to_dict(result) -> dict:
         "pareto": [plan_entry(p, result) for p in result.pareto],
         "why": result.why,
         "search": {"method": result.method, "layouts_in_space": result.considered,
+                   "layouts_checked": result.checked,
                    "layouts_satisfying_rules": result.lattice, "layouts_scored": result.scored,
                    "layouts_fitting": result.fitting, "study": result.study},
         "inputs": inputs_dict(result),

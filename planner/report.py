@@ -183,7 +183,8 @@ def render_report(data: dict, figures: dict) -> str:
                   f"`launch.sh` starts Megatron-DeepSpeed's `pretrain_gpt.py` with the `{data['launcher']}` launcher "
                   f"(`LAUNCHER=torchrun` for torchrun) and `ds_config.json`. It needs DeepSpeed `{req['deepspeed']}` "
                   f"(tested {req['deepspeed_tested']}; 0.19 dropped `deepspeed.compression`, which Megatron-DeepSpeed "
-                  f"imports) and Megatron-DeepSpeed at or near commit `{req['megatron_deepspeed_commit'][:8]}`. "
+                  f"imports) and Megatron-DeepSpeed at commit `{req['megatron_deepspeed_commit'][:8]}`. "
+                  "(later commits break grouped-query attention and rotary embeddings). "
                   "Fill in the data, checkpoint and tokenizer paths at the top of the script."]
         if data.get("env"):
             lines.append("Environment for every rank (also in `.deepspeed_env` for multi-node runs): "

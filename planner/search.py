@@ -64,6 +64,7 @@ class PlanResult:
     pareto: list[Plan]
     method: str
     considered: int                      # layouts in the search space (product of the domains)
+    checked: int                         # layouts CP-SAT's sub-lattices combine to (rules checked in numpy)
     lattice: int                         # layouts satisfying every rule
     scored: int                          # layouts estimated
     fitting: int                         # of those, fitting in memory
@@ -405,7 +406,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, re
     candidates = sorted({(round(float(est["tokens_per_s_per_gpu"][j]), 1), round(float(est["peak_memory_bytes"][j]) / GiB, 3))
                          for j in sample})
     result = PlanResult(model=model, cluster=cluster, profile=profile, request=request, settings=settings,
-                        plans=plans, pareto=pareto, method=method, considered=considered, lattice=lattice,
+                        plans=plans, pareto=pareto, method=method, considered=considered, checked=product,
+                        lattice=lattice,
                         scored=collector.scored, fitting=collector.fitting,
                         seconds=time.perf_counter() - t0, study=study_info,
                         candidates=[list(c) for c in candidates])

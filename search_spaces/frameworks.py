@@ -31,10 +31,39 @@ class FrameworkProfile:
         return STRUCTURAL + self.rules
 
 
+def _ulysses_ok(ctx, c):
+    m = ctx.model
+    return (c["cp"] == 1) | ((c["pp"] == 1) & (c["tp"] == 1) & (c["flash_attention"] == 1)
+                             & (m.num_heads == m.num_kv_heads) & (m.position != "rope")
+                             & (m.num_heads % c["cp"] == 0))
+
+
 def _ulysses(ctx, v, e):
-    _implies(v, e, [v.ge("cp", 2)], v.m.add(v["sequence_parallel"] == 0))
-    v.m.add(v.remainder(ctx.model.num_heads, v["cp"], "heads%cp") == 0).only_enforce_if(e)
-    v.m.add(v.remainder(ctx.model.num_kv_heads, v["cp"], "kv%cp") == 0).only_enforce_if(e)
+    m = ctx.model
+    cond = [v.ge("cp", 2)]
+    if m.num_heads != m.num_kv_heads or m.position == "rope":
+        _implies(v, e, cond, v.m.add(v["cp"] < 0))      # impossible: cp must stay 1
+        return
+    _implies(v, e, cond, v.m.add(v["pp"] == 1))
+    _implies(v, e, cond, v.m.add(v["tp"] == 1))
+    _implies(v, e, cond, v.m.add(v["flash_attention"] == 1))
+    v.m.add(v.remainder(m.num_heads, v["cp"], "heads%cp") == 0).only_enforce_if(e)
+
+
+def _fp8_ok_model(m) -> bool:
+    """Transformer Engine's TransformerLayer in Megatron-DeepSpeed is built with its defaults:
+    LayerNorm, GeLU, biases, no GQA (transformer.py:1772-1800)."""
+    return (m.num_kv_heads == m.num_heads and m.norm == "layernorm" and not m.gated_mlp and m.bias)
+
+
+def _zeropp(ctx, v, e):
+    multi_node = ctx.num_gpus > ctx.cluster.gpus_per_node
+    cond = [v.eq("grad_comm", GradComm.ZEROPP.code)]
+    if not multi_node:
+        _implies(v, e, cond, v.m.add(v["tp"] < 0))
+        return
+    _implies(v, e, cond, v.m.add(v["tp"] == 1))
+    _implies(v, e, cond, v.m.add(v["cp"] == 1))
 
 
 _DENSE_ONLY = Rule(
@@ -51,21 +80,23 @@ MEGATRON_DEEPSPEED_RULES = (
          "Megatron-DeepSpeed has no interleaved pipeline under --deepspeed (vpp must be 1)",
          ("vpp",), lambda ctx, c: c["vpp"] == 1,
          lambda ctx, v, e: v.m.add(v["vpp"] == 1).only_enforce_if(e)),
+    Rule("mds-no-sequence-parallel",
+         "--sequence-parallel under --deepspeed never all-reduces the norm gradients over TP "
+         "(training.py skips reduce_model_grads), so the replicas drift; it is not used",
+         ("sequence_parallel",), lambda ctx, c: c["sequence_parallel"] == 0,
+         lambda ctx, v, e: v.m.add(v["sequence_parallel"] == 0).only_enforce_if(e)),
     Rule("mds-fp8-transformer-engine",
-         "fp8 needs Transformer Engine, which Megatron-DeepSpeed supports only without pipeline "
-         "parallelism and without GQA", ("precision", "pp"),
-         lambda ctx, c: (c["precision"] != FP8) | ((c["pp"] == 1) & (ctx.model.num_kv_heads == ctx.model.num_heads)),
+         "fp8 needs Transformer Engine, which Megatron-DeepSpeed builds only without pipeline parallelism and "
+         "with TE's defaults (LayerNorm, GeLU, biases, no GQA)", ("precision", "pp"),
+         lambda ctx, c: (c["precision"] != FP8) | ((c["pp"] == 1) & _fp8_ok_model(ctx.model)),
          lambda ctx, v, e: _implies(v, e, [v.eq("precision", FP8)], v.m.add(
-             v["pp"] == 1 if ctx.model.num_kv_heads == ctx.model.num_heads else v["pp"] < 0))),
+             v["pp"] == 1 if _fp8_ok_model(ctx.model) else v["pp"] < 0))),
     Rule("mds-no-1bit", "1-bit Adam is not reachable: Megatron-DeepSpeed passes its own optimizer",
          ("grad_comm",), lambda ctx, c: c["grad_comm"] != GradComm.ONEBIT.code,
          lambda ctx, v, e: v.m.add(v["grad_comm"] != GradComm.ONEBIT.code).only_enforce_if(e)),
-    Rule("mds-ulysses", "DeepSpeed sequence parallelism (cp > 1) excludes --sequence-parallel and needs "
-         "cp to divide the {m.num_heads} heads and {m.num_kv_heads} key/value heads",
-         ("cp", "sequence_parallel"),
-         lambda ctx, c: (c["cp"] == 1) | ((c["sequence_parallel"] == 0) & (ctx.model.num_heads % c["cp"] == 0)
-                                          & (ctx.model.num_kv_heads % c["cp"] == 0)),
-         _ulysses),
+    Rule("mds-ulysses", "DeepSpeed sequence parallelism (cp > 1) works in Megatron-DeepSpeed only with tp = 1, "
+         "pp = 1, FlashAttention, no GQA, no RoPE, and cp dividing the {m.num_heads} heads",
+         ("cp", "tp", "pp", "flash_attention"), _ulysses_ok, _ulysses),
     Rule("mds-selective-with-flash",
          "selective recompute does nothing with FlashAttention in Megatron-DeepSpeed", ("recompute", "flash_attention"),
          lambda ctx, c: (c["recompute"] != SELECTIVE) | (c["flash_attention"] == 0),
@@ -75,6 +106,20 @@ MEGATRON_DEEPSPEED_RULES = (
          "use pp = 1 or recompute all layers", ("recompute_layers", "pp"),
          lambda ctx, c: (c["recompute_layers"] == 0) | (c["pp"] == 1),
          lambda ctx, v, e: _implies(v, e, [v.ge("recompute_layers", 1)], v.m.add(v["pp"] == 1))),
+    Rule("mds-zeropp", "ZeRO++ quantised gradients need tp = 1, cp = 1 and more than one node (DeepSpeed builds "
+         "their all-to-all groups over the whole world and skips them on one node)", ("grad_comm", "tp", "cp"),
+         lambda ctx, c: (c["grad_comm"] != GradComm.ZEROPP.code)
+         | ((c["tp"] == 1) & (c["cp"] == 1) & (ctx.num_gpus > ctx.cluster.gpus_per_node)),
+         _zeropp),
+    Rule("mds-nvme-optimizer-needs-zero3",
+         "NVMe optimizer offload needs ZeRO-3 (ZeRO-1/2 silently offload to CPU instead)",
+         ("offload_optimizer", "zero"),
+         lambda ctx, c: (c["offload_optimizer"] != Offload.NVME.code) | (c["zero"] == 3),
+         lambda ctx, v, e: _implies(v, e, [v.eq("offload_optimizer", Offload.NVME.code)], v.m.add(v["zero"] == 3))),
+    Rule("mds-position-embeddings",
+         "Megatron-DeepSpeed has learned or rotary positions only; this ALiBi model needs another framework",
+         (), lambda ctx, c: np.asarray(ctx.model.position != "alibi"),
+         lambda ctx, v, e: None if ctx.model.position != "alibi" else v.m.add(v["tp"] < 0).only_enforce_if(e)),
     _DENSE_ONLY,
 )
 

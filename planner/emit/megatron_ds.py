@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 from costmodels.types import GradComm, Layout, ModelSpec, Offload, Precision, Recompute
 
-MEGATRON_DEEPSPEED_COMMIT = "f4157bea69f3df8c6cb66f2ebcda66ba03d1288e"
+# 2024-10-18, the parent of the FPDT change (676a482c), after which grouped-query attention and
+# rotary embeddings break (transformer.py:734-739 splits q/k/v in thirds; rotary_pos_embedding.py:39
+# returns (cos, sin)); flags recorded at this commit in tests/data/megatron_ds_flags.txt.
+MEGATRON_DEEPSPEED_COMMIT = "6acc370a41440098031227e881bd9f1f23aa369e"
 DEEPSPEED_REQUIREMENT = "deepspeed>=0.16.2,<0.19"     # 0.19 removed deepspeed.compression (training.py:57)
 DEEPSPEED_TESTED = "0.16.2"
 BUCKET_ELEMENTS = 500_000_000                         # what the cost model's comm_buffers assume
@@ -34,16 +37,26 @@ def tokenizer_args(model: ModelSpec) -> list[str]:
     return ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "$VOCAB_FILE", "--merge-file", "$MERGE_FILE"]
 
 
-def model_args(model: ModelSpec, seq_len: int) -> list[str]:
+def vocab_divisor(vocab: int, tp: int) -> int:
+    return -(-vocab // (128 * tp)) * 128
+
+
+def model_args(model: ModelSpec, seq_len: int, tp: int = 1) -> list[str]:
     a = ["--num-layers", model.num_layers, "--hidden-size", model.hidden,
          "--ffn-hidden-size", model.ffn_hidden, "--num-attention-heads", model.num_heads]
     if model.num_kv_heads != model.num_heads:
         a += ["--num-key-value-heads", model.num_kv_heads]
     a += ["--seq-length", seq_len, "--max-position-embeddings", max(seq_len, model.max_seq_len)]
+    # Megatron pads the tokenizer's vocabulary to a multiple of this x tp (tokenizer.py:57-68); this
+    # divisor makes the padded size at least the model's, even where the tokenizer reports fewer
+    # (Hugging Face vocab_size excludes added tokens, tokenizer.py:574-576).
+    a += ["--make-vocab-size-divisible-by", vocab_divisor(model.vocab, tp)]
     if model.gated_mlp:
         a += ["--swiglu"]
     if model.position == "rope":
         a += ["--use-rotary-position-embeddings"]
+        if model.rope_theta != 10000.0:
+            a += ["--rotary-position-embeddings-theta", int(model.rope_theta)]
     if model.norm == "rmsnorm":
         a += ["--normalization", "rmsnorm"]
     if not model.bias:
@@ -68,6 +81,8 @@ def layout_args(layout: Layout) -> list[str]:
         a += ["--sequence-parallel"]
     if l.flash_attention:
         a += ["--use-flash-attn-v2"]
+    else:
+        a += ["--attention-softmax-in-fp32"]
     if l.recompute is Recompute.FULL:
         if l.recompute_layers:
             a += ["--recompute-granularity", "full", "--recompute-method", "block",
@@ -85,7 +100,7 @@ def layout_args(layout: Layout) -> list[str]:
     if l.offload_optimizer is not Offload.NONE:
         a += ["--cpu-optimizer"]               # DeepSpeedCPUAdam, needed for ZeRO-Offload (engine.py:1298)
     if l.offload_params is not Offload.NONE:
-        a += ["--remote-device", l.offload_params.value, "--use-pin-memory"]
+        a += ["--remote-device", l.offload_params.value]
     return [str(x) for x in a]
 
 
@@ -149,13 +164,25 @@ def ds_config(layout: Layout) -> dict:
                       "overlap_events": True, "thread_count": 1}
     if l.precision in (Precision.BF16, Precision.FP8):
         cfg["bf16"] = {"enabled": True}
-        if l.zero == 0:
+        if l.zero <= 1:
+            # fp32 gradient accumulation, as Megatron intends for bf16 (arguments.py:193-199): DeepSpeed
+            # then uses its BF16_Optimizer (ZeRO-1 sharding plus a full fp32 gradient buffer).
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     elif l.precision is Precision.FP16:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
                        "hysteresis": 2, "min_loss_scale": 1}
+    # DeepSpeed reduces bf16 gradients in bf16 unless told otherwise (engine.py:871-882); with
+    # Ulysses it uses seq_parallel_comm_data_type instead (engine.py:1208-1209).
     if l.grad_comm is GradComm.BF16:
-        cfg["communication_data_type"] = "fp16" if l.precision is Precision.FP16 else "bf16"
+        comm = "fp16" if l.precision is Precision.FP16 else "bf16"
+    elif l.grad_comm is GradComm.ZEROPP:
+        comm = None
+    else:
+        comm = "fp32"
+    if comm:
+        cfg["communication_data_type"] = comm
+        if l.cp > 1:
+            cfg["seq_parallel_comm_data_type"] = comm
     return cfg
 
 
@@ -169,6 +196,6 @@ def environment(layout: Layout) -> dict:
 def build_job(model: ModelSpec, layout: Layout, total_tokens: float = 0.0) -> Job:
     tokens_per_step = layout.gbs * layout.seq_len
     train_iters = int(-(-total_tokens // tokens_per_step)) if total_tokens else 100_000
-    argv = (model_args(model, layout.seq_len) + tokenizer_args(model) + layout_args(layout)
+    argv = (model_args(model, layout.seq_len, layout.tp) + tokenizer_args(model) + layout_args(layout)
             + training_args(train_iters) + deepspeed_args(layout))
     return Job(argv=tuple(argv), ds_config=ds_config(layout), env=environment(layout), train_iters=train_iters)

@@ -70,6 +70,7 @@ def launch_script(result, job: Job, launcher: str) -> str:
         tok.append('VOCAB_FILE=${VOCAB_FILE:-/path/to/gpt2-vocab.json}')
         tok.append('MERGE_FILE=${MERGE_FILE:-/path/to/gpt2-merges.txt}')
     env_lines = "".join(f"export {k}={v}\n" for k, v in sorted(job.env.items()))
+    te_note = ", transformer-engine<1.0 (fp8)" if "transformer_engine" in job.argv else ""
     ds_launch = ["deepspeed"]
     if nodes > 1:
         ds_launch += ['--hostfile "$SCRIPT_DIR/hostfile"', '--num_nodes "$NODES"']
@@ -80,12 +81,15 @@ def launch_script(result, job: Job, launcher: str) -> str:
 # Predicted: {fmt_seconds(e.step_time_s)} per step, {e.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {e.mfu * 100:.1f}%,
 #            {fmt_bytes(e.memory.total)} of {fmt_bytes(e.hbm_bytes)} per GPU. See report.md.
 #
-# Needs microsoft/Megatron-DeepSpeed (flags checked against commit {MEGATRON_DEEPSPEED_COMMIT[:8]})
-# and {DEEPSPEED_REQUIREMENT} (tested {DEEPSPEED_TESTED}; 0.19 removed deepspeed.compression, which
-# megatron/training.py imports, so Megatron-DeepSpeed does not start with it).
-#   pip install "deepspeed=={DEEPSPEED_TESTED}"
+# Needs microsoft/Megatron-DeepSpeed at commit {MEGATRON_DEEPSPEED_COMMIT[:8]} (2024-10-18; later commits break
+# grouped-query attention and rotary embeddings), {DEEPSPEED_REQUIREMENT} (tested {DEEPSPEED_TESTED};
+# 0.19 removed deepspeed.compression, which megatron/training.py imports), NVIDIA apex with its
+# CUDA extensions, flash-attn 2.x and einops, transformers and sentencepiece{te_note}:
+#   git -C "$MEGATRON_DS_DIR" checkout {MEGATRON_DEEPSPEED_COMMIT[:8]}
+#   pip install "deepspeed=={DEEPSPEED_TESTED}" "flash-attn>=2,<3" einops transformers sentencepiece
 # Usage: edit the paths below (or export them), then run this script on the first node.
-#        LAUNCHER=torchrun runs it with torchrun instead (run on every node with NODE_RANK set).
+#        LAUNCHER=torchrun runs it with torchrun instead: run it on every node with NODE_RANK set
+#        and MASTER_ADDR set to the first node's address.
 set -euo pipefail
 
 # ---- fill these in -------------------------------------------------------------------------

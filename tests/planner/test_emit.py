@@ -13,10 +13,10 @@ FLAGS_FILE = Path(__file__).resolve().parents[1] / "data" / "megatron_ds_flags.t
 TEXT_FILES = ("launch.sh", "ds_config.json", "plan.json", "hostfile", ".deepspeed_env")
 
 CASES = {
-    # Llama GQA with bf16 and sequence parallelism, two nodes.
-    "llama3-8b-gqa-bf16-sp": dict(model="llama3.1-8b", cluster="H100-SXM", gpus=16, global_batch=256,
-                                  choices={"tp": [2], "sequence_parallel": [True], "precision": ["bf16"],
-                                           "cp": [1], "zero": [1]}),
+    # Llama GQA with bf16 and tensor parallelism, two nodes. (Megatron sequence parallelism is refused
+    # under --deepspeed: test_sequence_parallel_is_refused_for_megatron_deepspeed.)
+    "llama3-8b-gqa-bf16-tp2": dict(model="llama3.1-8b", cluster="H100-SXM", gpus=16, global_batch=256,
+                                   choices={"tp": [2], "precision": ["bf16"], "cp": [1], "zero": [1]}),
     # Dense GPT (no GQA) in fp8 through Transformer Engine.
     "gpt-7.5b-fp8-te": dict(model="gpt-7.5b", cluster="H100-SXM", gpus=8, global_batch=512,
                             choices={"precision": ["fp8"], "cp": [1]}),
@@ -113,7 +113,8 @@ def test_launch_script_flags_exist_and_agree_with_plan_json(case, rendered):
 
 def test_flag_list_records_its_commit():
     head = FLAGS_FILE.read_text().splitlines()[:3]
-    assert any("f4157bea69f3df8c6cb66f2ebcda66ba03d1288e" in line for line in head)
+    from planner.emit.megatron_ds import MEGATRON_DEEPSPEED_COMMIT
+    assert any(MEGATRON_DEEPSPEED_COMMIT in line for line in head)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -125,7 +126,7 @@ def test_launch_script_is_valid_bash(case, rendered, tmp_path):
 
 
 def test_multi_node_environment_goes_through_deepspeed_env(rendered):
-    _, files = rendered["llama3-8b-gqa-bf16-sp"]
+    _, files = rendered["llama3-8b-gqa-bf16-tp2"]
     assert b"CUDA_DEVICE_MAX_CONNECTIONS=1" in files[".deepspeed_env"]
     assert b"export CUDA_DEVICE_MAX_CONNECTIONS=1" in files["launch.sh"]
     assert files["hostfile"].count(b"slots=8") == 2
@@ -161,3 +162,21 @@ def test_explain_rerenders_the_same_report(rendered, tmp_path):
     (tmp_path / "plan.json").write_bytes(files["plan.json"])
     data = load_plan_json(tmp_path / "plan.json")
     assert render_report(data, figures=render_figures(data)).encode() == files["report.md"]
+
+
+def test_sequence_parallel_is_refused_for_megatron_deepspeed():
+    from costmodels.errors import InfeasibleError
+    with pytest.raises(InfeasibleError, match="norm gradients"):
+        planner.plan("llama3.1-8b", "H100-SXM", gpus=16, global_batch=256, choices={"sequence_parallel": [True]})
+    r = planner.plan("llama3.1-8b", "H100-SXM", gpus=16, global_batch=256, framework="megatron-lm",
+                     choices={"sequence_parallel": [True]})
+    assert r.best.layout.sequence_parallel
+
+
+def test_llama3_arguments(rendered):
+    _, files = rendered["llama3-8b-gqa-bf16-tp2"]
+    argv = json.loads(files["plan.json"])["megatron_args"]
+    assert argv[argv.index("--rotary-position-embeddings-theta") + 1] == "500000"
+    assert argv[argv.index("--num-key-value-heads") + 1] == "8"
+    divisor = int(argv[argv.index("--make-vocab-size-divisible-by") + 1])
+    assert divisor * 2 == 128256          # padded vocabulary = divisor x tp = the model's
