@@ -270,6 +270,9 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
             study.tell(t, v if two else v[0])
         if settings.progress:
             settings.progress(min(done + n, settings.trials), settings.trials, _best_value(study, two))
+    if settings.progress:
+        done = len(study.get_trials(deepcopy=False, states=(complete,)))
+        settings.progress(done, max(done, settings.trials), _best_value(study, two))
     # Trials told by other workers (shared storage) also count: re-score their layouts.
     others = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     rows = [params_to_values(t.params, space) for t in others]

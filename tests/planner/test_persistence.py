@@ -17,6 +17,12 @@ PLAN = [sys.executable, "-m", "planner.cli", "plan", "--model", "gpt-1.7b", "--c
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Studies without --out go to ~/.cache; keep each test's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 def run(args, env=None, **kw):
     return subprocess.run(args, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, **kw)
 
