@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """Studies without --out go to ~/.cache; keep each test's own."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+def private_cache(tmp_path_factory, monkeypatch):
+    """Studies without --out go to ~/.cache; keep each test's own (outside the output's folder)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
 
 
 def run(args, env=None, **kw):
