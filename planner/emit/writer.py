@@ -212,16 +212,11 @@ def _terminate_cleanly():
 
 
 def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict | None = None) -> Path:
+    from ..output import check_out_dir
+
+    check_out_dir(out, force)
     target = Path(out)
-    if target.exists() and not target.is_dir():
-        raise SpecError(f"--out {out} exists and is not a directory")
-    if target.exists() and not force:
-        raise SpecError(f"--out {out} already exists; pass --force to replace it")
     parent = target.resolve().parent
-    if not parent.is_dir():
-        raise SpecError(f"--out {out}: parent directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise SpecError(f"--out {out}: cannot write in {parent}")
     with _terminate_cleanly():
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
         # Test hook: slow the write down so tests can interrupt it half-way (tests/planner/test_persistence.py).
