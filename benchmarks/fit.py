@@ -1,6 +1,6 @@
 """Fit the cost model's efficiency constants to the published runs (../shared/validation).
 
-Usage: python benchmarks/fit.py [--data DIR] [--iterations N]
+Usage: pip install -e '.[fit]' && python benchmarks/fit.py [--data DIR] [--iterations N]
 
 Minimises the log step-time error, each source weighted equally (so the 1,440 vTrain rows do not
 drown the 90 published runs), over a small set of constants with physical bounds: per GPU family
