@@ -8,7 +8,6 @@ Functions accept numpy arrays for `seq_len` (broadcasting).
 """
 from __future__ import annotations
 
-import numpy as np
 
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 

@@ -42,12 +42,6 @@ def objective_values(name: str, batch, total_tokens: float, price: float, num_gp
     raise SpecError(f"unknown objective '{name}'")
 
 
-def order(values: np.ndarray, memory: np.ndarray, layout_keys: np.ndarray) -> np.ndarray:
-    """Ranking: objective (to 1e-9 relative), then less memory, then the layout itself (stable)."""
-    rounded = np.round(values / np.maximum(np.abs(values).max(), 1e-300), 9)
-    return np.lexsort((layout_keys, memory, rounded))
-
-
 def pareto_front(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Indices of the points no other point beats in both (lower is better), sorted by `a`."""
     idx = np.lexsort((b, a))

@@ -23,9 +23,9 @@ from costmodels.units import GiB, fmt_bytes
 from search_spaces import cpsat
 from search_spaces.constraints import Ctx
 from search_spaces.frameworks import FrameworkProfile
-from search_spaces.space import CORE_KNOBS, ENUMS, KNOBS, SearchRequest, Space, build_space
+from search_spaces.space import ENUMS, KNOBS, SearchRequest, Space, build_space
 
-from .rank import objective_values, order, pareto_front
+from .rank import objective_values, pareto_front
 
 USER_CACHE = "user-cache"     # storage placeholder: an SQLite file in ~/.cache, made only if Optuna runs
 LATTICE_LIMIT = 4_000_000      # layouts scored exhaustively; above this Optuna samples
@@ -430,7 +430,6 @@ def _plan(rank, values, model, cluster, cost_fw, profile, space, objective, chec
 
 
 def _rules_conflict(space: Space, profile: FrameworkProfile, request: SearchRequest) -> InfeasibleError:
-    ctx = Ctx(space.model, space.cluster, request.num_gpus)
     rules = cpsat.conflicting_rules(space, profile.all_rules)
     texts = [r.message.format(m=space.model, c=space.cluster, gpu=space.cluster.gpu, n=request.num_gpus,
                               name=profile.name) for r in rules]

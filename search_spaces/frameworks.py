@@ -15,7 +15,7 @@ import numpy as np
 from costmodels.errors import UnknownPresetError
 from costmodels.types import GradComm, Offload, Sparsity
 
-from .constraints import FP8, FULL, SELECTIVE, STRUCTURAL, Rule, _implies
+from .constraints import FP8, SELECTIVE, STRUCTURAL, Rule, _implies
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,10 @@
 """One test per formula, with the numbers of the paper it comes from."""
-import math
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from costmodels import catalog, comm, flops, memory, params, steptime
-from costmodels.types import ClusterSpec, Layout, ModelSpec
+from costmodels.types import ModelSpec
 
 
 def gpt(L, h, a, V=51200, s=2048):

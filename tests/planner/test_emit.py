@@ -65,7 +65,7 @@ def test_outputs_have_no_timestamps_or_absolute_paths(case, rendered):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_deepspeed_accepts_the_json(case, rendered, monkeypatch):
-    deepspeed = pytest.importorskip("deepspeed")
+    pytest.importorskip("deepspeed")
     from deepspeed.runtime.config import DeepSpeedConfig
     import deepspeed.comm as dist
 

@@ -1,5 +1,4 @@
 """The planner's search: exact on the lattice, Optuna close to it, stable under pinning."""
-import numpy as np
 import pytest
 
 import planner
@@ -7,7 +6,7 @@ from costmodels import catalog
 from planner.search import exhaustive_reference
 from search_spaces.constraints import Ctx
 from search_spaces.frameworks import check_columns, layout_columns, load_profile
-from search_spaces.space import SearchRequest, build_space
+from search_spaces.space import build_space
 
 SMALL = dict(choices={"precision": ["bf16"], "grad_comm": ["fp32"], "offload_optimizer": ["none"],
                       "offload_params": ["none"], "cp": [1], "recompute_layers": [0], "vpp": [1]})
