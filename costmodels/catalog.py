@@ -135,6 +135,8 @@ def gpu_from_dict(d: dict) -> GPU:
             kernel_overhead_s=q(fitted.get("kernel_overhead", "5 us"), "kernel_overhead"),
             fp8_gemm_speedup=float(fitted.get("fp8_gemm_speedup", 1.0)),
             sparse_gemm_speedup=float(fitted.get("sparse_gemm_speedup", 1.0)),
+            num_sms=int(_require(d, "num_sms", what)),
+            gemm_tile_intensity=float(_require(d, "gemm_tile_intensity", what)),
             source=str(d.get("source", "")),
         )
     except (TypeError, ValueError) as exc:
@@ -309,6 +311,7 @@ def framework_from_dict(d: dict) -> Framework:
             fp8_saved_input_bytes=float(d["fp8_saved_input_bytes"]),
             iteration_overhead_s=q("iteration_overhead"),
             host_overhead_s=q("host_overhead"),
+            microbatch_overhead_s=q("microbatch_overhead"),
             elementwise_traffic=float(d["elementwise_traffic"]),
             state_bytes=_state_bytes(d, what),
             state_bytes_zero0=_state_bytes(d, what, "state_bytes_zero0") if "state_bytes_zero0" in d

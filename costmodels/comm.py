@@ -5,9 +5,14 @@ pipeline: rank = tp_rank + t*(cp_rank + c*(dp_rank + d*pp_rank)), as Megatron-LM
 `parallel_state` and picotron's `arange(world).view(dp, pp, cp, tp)`. A group of `size` ranks
 with `stride` between members has min(size, domain // stride) members in each NVLink domain.
 
-Collectives are hierarchical: a ring inside each NVLink domain, then a ring across domains in
-which every GPU drives its own NIC with 1/k of the data (Thakur et al. 2005 for the ring costs;
-NCCL's multi-rail rings behave the same way).
+Collectives are hierarchical and pipelined, as NCCL runs them: a ring inside each NVLink domain and
+a ring across domains in which every GPU drives its own NIC with 1/k of the data, the two tiers
+streaming chunk by chunk, so the slower tier bounds the time instead of the two adding up (NCCL's
+rings over NVLink + NICs; Thakur et al. 2005 for the ring costs). Each ring step costs one latency
+alpha of its tier, so small messages and large groups are latency-bound (the alpha-beta model,
+Hockney 1994: the achieved bandwidth of an S-byte message is S / (S/B + steps * alpha)).
+All-reduce may instead use NCCL's double binary tree, whose latency grows with log2 of the node
+count (Sanders et al. 2009; NCCL 2.4 release notes): NCCL takes the faster of the two.
 """
 from __future__ import annotations
 
@@ -25,22 +30,29 @@ def members_per_domain(size, stride, domain):
     return clip(per, 1.0, size)
 
 
-def _ring_phase(nbytes, n, bytes_per_s, latency_s):
-    """One reduce-scatter or all-gather ring over n ranks: (n-1)/n x bytes at the link rate
-    plus (n-1) hop latencies (Thakur et al. 2005, §4)."""
+def _ring_bandwidth_time(nbytes, n, bytes_per_s):
+    """Bandwidth part of one reduce-scatter or all-gather ring over n ranks: (n-1)/n x bytes
+    (Thakur et al. 2005, §4)."""
     n = asf(n)
-    return (n - 1) * (nbytes / (n * bytes_per_s) + latency_s)   # 0 for a group of one
+    return (n - 1) / n * nbytes / bytes_per_s
+
+
+def _tiers(nbytes, size, k, cluster: ClusterSpec):
+    """(bandwidth time, intra-domain ring steps x latency, domains) of one ring pass."""
+    size = asf(size)
+    domains = size / k
+    intra = _ring_bandwidth_time(nbytes, k, cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency)
+    inter = _ring_bandwidth_time(nbytes / k, domains,
+                                 cluster.network_bytes_per_s * cluster.network_efficiency)
+    return maximum(intra, inter), (k - 1) * cluster.nvlink_latency_s, domains
 
 
 def reduce_scatter_time(nbytes, size, k, cluster: ClusterSpec):
-    """Reduce-scatter of `nbytes` (the full, unsharded size) over `size` ranks, `k` per domain."""
-    size = asf(size)
-    domains = size / k
-    intra = _ring_phase(nbytes, k, cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency,
-                        cluster.nvlink_latency_s)
-    inter = _ring_phase(nbytes / k, domains, cluster.network_bytes_per_s * cluster.network_efficiency,
-                        cluster.network_latency_s)
-    return intra + inter
+    """Reduce-scatter of `nbytes` (the full, unsharded size) over `size` ranks, `k` per domain:
+    pipelined tiers plus one latency per ring step (NCCL runs reduce-scatter and all-gather as
+    rings only)."""
+    bw, intra_lat, domains = _tiers(nbytes, size, k, cluster)
+    return bw + intra_lat + (domains - 1) * cluster.network_latency_s
 
 
 def all_gather_time(nbytes, size, k, cluster: ClusterSpec):
@@ -49,8 +61,12 @@ def all_gather_time(nbytes, size, k, cluster: ClusterSpec):
 
 
 def all_reduce_time(nbytes, size, k, cluster: ClusterSpec):
-    """All-reduce = reduce-scatter + all-gather: 2(n-1)/n x bytes (Patarasuk & Yuan 2009, §3)."""
-    return 2.0 * reduce_scatter_time(nbytes, size, k, cluster)
+    """All-reduce = reduce-scatter + all-gather: 2(n-1)/n x bytes (Patarasuk & Yuan 2009, §3); across
+    domains the ring pays 2(d-1) network latencies, the double binary tree 2 log2(d)."""
+    bw, intra_lat, domains = _tiers(nbytes, size, k, cluster)
+    ring = 2.0 * (domains - 1)
+    tree = 2.0 * np.log2(maximum(domains, 1.0))
+    return 2.0 * (bw + intra_lat) + minimum(ring, tree) * cluster.network_latency_s
 
 
 def all_to_all_time(nbytes, size, k, cluster: ClusterSpec):

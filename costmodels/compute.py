@@ -1,7 +1,9 @@
 """Time of one transformer layer (and the embedding / output layers) for one micro-batch on one GPU.
 
 Each kernel class is costed as work / achieved rate + a fixed cost per kernel:
-  GEMMs         2MNK FLOP at `gemm_efficiency` x peak (Narayanan et al. 2021, §5: GEMM-bound);
+  GEMMs         each weight GEMM from its (M, N, K) shape: tile and wave quantisation over the SMs,
+                split-K, a K roll-off and the HBM roofline (costmodels/gemm.py), at
+                `gemm_efficiency` x peak for a large, well-quantised GEMM;
   attention     FlashAttention FLOP at `attention_efficiency` x peak (Dao 2023, arXiv:2307.08691,
                 §4.1: causal masking skips half the blocks), or two batched GEMMs plus the s x s
                 softmax traffic without it;
@@ -21,6 +23,7 @@ import numpy as np
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
 from .comm import all_reduce_time, members_per_domain
+from .gemm import gemm_time
 from .memory import activation_bytes_per_element
 from .types import ClusterSpec, Framework, ModelSpec
 
@@ -86,6 +89,27 @@ def layer_gemm_flop(m: ModelSpec, tokens, tp):
     return tokens * per_token / asf(tp)
 
 
+def layer_gemm_shapes(m: ModelSpec, tokens, tp):
+    """(M, N, K) of the layer's forward weight GEMMs on one TP rank (Shoeybi et al. 2019, §3:
+    QKV and fc1 split by columns, projection and fc2 by rows)."""
+    h, f, tp = m.hidden, m.ffn_hidden, asf(tp)
+    up = (2.0 if m.gated_mlp else 1.0) * f
+    return ((tokens, (h + 2.0 * _kv(m)) / tp, h),      # QKV
+            (tokens, h, h / tp),                       # attention projection
+            (tokens, up / tp, h),                      # fc1 (gate and up together when gated)
+            (tokens, h, f / tp))                       # fc2
+
+
+def layer_gemm_times(m: ModelSpec, gpu, tokens, tp, rate, sparse_speedup=1.0):
+    """Forward and backward seconds of the layer's weight GEMMs: forward (M, N, K), input gradient
+    (M, K, N) and weight gradient (K, N, M) per GEMM; 2:4 sparsity speeds up the first two."""
+    fwd = bwd = 0.0
+    for mm, nn, kk in layer_gemm_shapes(m, tokens, tp):
+        fwd = fwd + gemm_time(mm, nn, kk, rate * sparse_speedup, gpu)
+        bwd = bwd + gemm_time(mm, kk, nn, rate * sparse_speedup, gpu) + gemm_time(kk, nn, mm, rate, gpu)
+    return fwd, bwd
+
+
 def attention_flop(m: ModelSpec, tokens, seq_len, tp, flash):
     """Forward FLOP of QK^T and AV on one TP rank: 4 s h per token (Narayanan et al. 2021, eq. 3);
     FlashAttention with a causal mask computes about half (Dao 2023, §3.1)."""
@@ -113,11 +137,25 @@ def layer_elementwise_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precis
 
 
 def _kernel_counts(m: ModelSpec, flash):
-    """Kernels per layer: 4 weight GEMMs, attention (1 fused or bmm-softmax-bmm), 6 elementwise
-    (2 norms, 2 residual adds, activation, QKV copy), RoPE; backward twice the GEMMs."""
-    rope = 1.0 if m.position == "rope" else 0.0
-    fwd = 10.0 + where(flash, 1.0, 3.0) + rope
-    bwd = 20.0 + where(flash, 2.0, 5.0) + rope
+    """Kernels one layer issues in eager Megatron (ParallelTransformerLayer, as in Megatron-LM 2021-22
+    and Megatron-DeepSpeed; counted, not fitted). Forward: 2 norms, 4 weight GEMMs (biases folded
+    into addmm or the fused bias-GeLU / bias-dropout-add), 2 residual bias-dropout-adds (+1 random
+    mask each with dropout), the activation (gated: silu and mul), attention as 1 fused kernel + 2
+    layout copies, or 3 transposes, QK^T, fused softmax, AV and 1 permute (+2 for attention dropout),
+    RoPE on q and k (4 eager ops each). Backward: 2 GEMMs per weight GEMM, 2 per norm (input grad,
+    weight-grad reduction), 1 per elementwise op, flash backward 1 (+ its dQ accumulation 1), 1 bias
+    reduction per bias, 1 gradient-accumulation add per parameter tensor."""
+    drop = 1.0 if m.hidden_dropout > 0 else 0.0
+    attn_drop = 1.0 if m.attention_dropout > 0 else 0.0
+    rope = 8.0 if m.position == "rope" else 0.0
+    act = 2.0 if m.gated_mlp else 1.0
+    attn_fwd = where(flash, 3.0, 7.0 + 2.0 * attn_drop)
+    elementwise_fwd = 2.0 + 2.0 + 2.0 * drop + act + rope
+    fwd = 4.0 + elementwise_fwd + attn_fwd
+    params = 4.0 + (2.0 if m.norm == "layernorm" else 1.0) * 2.0 + (4.0 if m.bias else 0.0)
+    biases = 4.0 if m.bias else 0.0
+    attn_bwd = where(flash, 4.0, 7.0 + 2.0 * attn_drop)
+    bwd = 8.0 + 2.0 * 2.0 + (elementwise_fwd - 2.0) + attn_bwd + biases + params
     return fwd, bwd
 
 
@@ -141,12 +179,13 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     k_tp = members_per_domain(tp, 1, cluster.nvlink_domain)
     tp_pass = 2.0 * all_reduce_time(tokens * m.hidden * e, tp, k_tp, cluster)
     host = fw.host_overhead_s
-    fwd = PhaseTimes(gemm=gemm_f / (rate * speed), attention=attn_f / attn_rate, elementwise=elem / bw,
+    gemm_fwd, gemm_bwd = layer_gemm_times(m, gpu, tokens, tp, rate, speed)
+    fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=elem / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass)
     # Backward: input- and weight-gradient GEMMs (2x forward; 2:4 speeds up only the former),
     # attention backward 2.5x its forward with FlashAttention (recomputes QK^T; Dao 2023, §3.1.2), 2x
     # without; elementwise ops read the saved input and the output gradient and write one gradient.
-    bwd = PhaseTimes(gemm=gemm_f / (rate * speed) + gemm_f / rate,
+    bwd = PhaseTimes(gemm=gemm_bwd,
                      attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
                      elementwise=2.0 * elem / bw, kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host, tp_comm=tp_pass * (1.0 - fw.tp_overlap))
@@ -170,10 +209,13 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
     fwd_bytes = logits * (e + 12.0) + tokens * m.hidden * 2.0 * e
     bwd_bytes = logits * (e + 8.0) + tokens * m.hidden * 3.0 * e
     zero = 0.0 * flop
-    fwd = PhaseTimes(gemm=flop / rate, attention=zero, elementwise=fwd_bytes / bw,
+    n_v = m.vocab / asf(tp)
+    fwd = PhaseTimes(gemm=gemm_time(tokens, n_v, m.hidden, rate, gpu) + zero, attention=zero,
+                     elementwise=fwd_bytes / bw,
                      kernels=6.0 * gpu.kernel_overhead_s + zero, host=8.0 * fw.host_overhead_s + zero,
                      tp_comm=zero)
-    bwd = PhaseTimes(gemm=2.0 * flop / rate, attention=zero, elementwise=bwd_bytes / bw,
+    bwd = PhaseTimes(gemm=gemm_time(tokens, m.hidden, n_v, rate, gpu) + gemm_time(m.hidden, n_v, tokens, rate, gpu)
+                     + zero, attention=zero, elementwise=bwd_bytes / bw,
                      kernels=6.0 * gpu.kernel_overhead_s + zero, host=8.0 * fw.host_overhead_s + zero,
                      tp_comm=zero)
     return fwd, bwd

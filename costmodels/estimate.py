@@ -166,10 +166,16 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     z3 = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, gathers, shard, tp, c)
     z3 = z3 / fw.zero3_gather_efficiency
     mb_compute = body["compute"] + body["recompute"]
-    z3_exposed = where(zero >= 3, maximum(z3 - fw.zero3_overlap * mb_compute, 0.0), 0.0)
+    # Gathers of layer i+1 are prefetched under layer i's compute; each pass's first layer waits for
+    # its own gather (one layer's share of the micro-batch's traffic stays exposed).
+    z3_first = z3 / maximum(asf(layers), 1.0)
+    z3_exposed = where(zero >= 3, maximum(z3 - fw.zero3_overlap * mb_compute, 0.0) + z3_first, 0.0)
     k_dp = members_per_domain(shard, tp, c.nvlink_domain)
     z2_rs = reduce_scatter_time(stage_p * gbytes, shard, k_dp, c)
     dp_overlap = where(pp > 1, fw.dp_overlap_pipelined, where(zero == 0, fw.dp_overlap_zero0, fw.dp_overlap))
+    # BF16_Optimizer all-reduces after backward returns, with no hooks (bf16_optimizer.py:321-346).
+    bf16_opt = memory.bf16_optimizer_in_use(prec, zero, fw)
+    dp_overlap = where(bf16_opt, 0.0, dp_overlap)
     z2_exposed = where(zero == 2, maximum(z2_rs - dp_overlap * layers * lb_gpu, 0.0), 0.0)
     # Parameters streamed from host memory (ZeRO-Infinity offload_param) once per use.
     nvme_per_gpu = max(c.nvme_bytes_per_s, 1.0) / c.gpus_per_node
@@ -219,7 +225,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
         "zero_comm": n_micro * z3_exposed,
         "offload": n_micro * offload_p + opt_host,
         "optimizer": opt_gpu,
-        "overhead": n_micro * bottleneck("excess") + fw.iteration_overhead_s,
+        "overhead": n_micro * (bottleneck("excess") + fw.microbatch_overhead_s) + fw.iteration_overhead_s,
     }
     step = sum(time.values())
 

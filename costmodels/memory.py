@@ -27,10 +27,10 @@ _PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
 
 def bf16_optimizer_in_use(precision, zero, fw: Framework):
     """DeepSpeed's BF16_Optimizer (fp32 gradient buffer, optimizer sharded over data parallelism)
-    runs at ZeRO stage 0 and, with grad_accum_dtype fp32 as the planner emits it, at stage 1
-    (deepspeed/runtime/engine.py _configure_optimizer)."""
+    runs at ZeRO stage 0 with bf16 (DeepSpeed 0.16.2 engine.py:1276-1277). At stage 1 the planner
+    emits no grad_accum_dtype, so DeepSpeed's ZeRO optimizer runs instead (engine.py:1245-1248)."""
     shards = np.array([name in fw.zero0_shards_optimizer for name in _PRECISIONS])
-    return (asv(zero) <= 1) & lookup(shards, precision)
+    return (asv(zero) == 0) & lookup(shards, precision)
 
 
 def state_bytes_per_param(precision, fw: Framework, zero=1):

@@ -160,6 +160,8 @@ class GPU:
     kernel_overhead_s: float                   # fixed cost per kernel (launch, ramp-up, tail wave)
     fp8_gemm_speedup: float = 1.0              # achieved fp8/bf16 GEMM speed ratio (< peak ratio)
     sparse_gemm_speedup: float = 1.0           # achieved 2:4-sparse/dense GEMM speed ratio
+    num_sms: int = 108                         # streaming multiprocessors (data sheet): GEMM wave quantisation
+    gemm_tile_intensity: float = 16.0          # tensor FLOP/clk/SM over shared-memory B/clk/SM (costmodels/gemm.py)
     source: str = ""
 
     def supports(self, precision: "Precision") -> bool:
@@ -230,6 +232,7 @@ class Framework:
     saved_activation_factor: float     # saved activations relative to eager PyTorch (compilers recompute)
     fp8_saved_input_bytes: float       # bytes per saved GEMM input under fp8 (1: Transformer Engine)
     iteration_overhead_s: float        # per optimizer step: logging, grad-norm, loss-scale checks
+    microbatch_overhead_s: float       # host time per micro-batch outside the layers: batch, loss, engine calls
     host_overhead_s: float             # CPU time to issue one GPU kernel (eager PyTorch)
     elementwise_traffic: float         # memory traffic of non-GEMM ops relative to unfused eager
     state_bytes: Mapping[str, tuple]   # precision -> bytes per parameter (weights, grads, optimizer), ZeRO >= 1

@@ -96,13 +96,15 @@ def _pad_vocab(vocab: int, tp: int, framework: str) -> int:
     return int(math.ceil(vocab / multiple) * multiple)
 
 
-def record_from_published(rec: dict) -> Record | None:
+def record_from_published(rec: dict, rules: dict | None = None, source: str | None = None) -> Record | None:
     """One published_dev.yaml record -> Record, or None when it has no comparable step time."""
-    src = source_of(rec["id"])
+    src = source or source_of(rec["id"])
     measured = rec["measured"]
-    if measured.get("step_time_s") is None or src not in SOURCES:
+    if rules is None and src not in SOURCES:
         return None
-    rules = SOURCES[src]
+    rules = rules if rules is not None else SOURCES[src]
+    if measured.get("step_time_s") is None:
+        return None
     m, c, p = dict(rec["model"]), dict(rec["cluster"]), dict(rec["parallel"])
     if measured.get("step_time_s") is None or any(p.get(k) is None for k in ("tp", "pp", "dp")):
         return None
@@ -131,6 +133,8 @@ def record_from_published(rec: dict) -> Record | None:
     parallel = {k: p[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch")}
     parallel["vpp"] = p.get("vpp") or rules["vpp"]
     parallel["zero_stage"] = p["zero_stage"] if p.get("zero_stage") is not None else rules.get("zero", 1)
+    if parallel.get("micro_batch") is None:
+        parallel["micro_batch"] = 1
     if rules.get("bf16_optimizer") and parallel["zero_stage"] == 1 and p.get("precision") == "bf16":
         parallel["zero_stage"] = 0      # BLOOM: ZERO_STAGE=0 + DeepSpeed BF16_Optimizer (README §1.1)
     parallel["recompute"] = p.get("recompute") or rules.get("recompute", "none")
@@ -188,12 +192,113 @@ def records_from_vtrain(path: Path) -> list[Record]:
     return out
 
 
+# ../shared/validation/deepspeed_runs.yaml: DeepSpeed ZeRO-3 / offload and Megatron-DeepSpeed runs.
+# Used: records with model dimensions, a catalog GPU and TF/s counted with Narayanan et al. 2021 eq. 3
+# (the posts quote it). Skipped: the ZeRO++ / Ulysses blog charts (no model dimensions), Aurora (Intel
+# GPUs, no catalog entry), BERT, and the bloom-pre rows that repeat published_dev.yaml's BLOOM sweep.
+DEEPSPEED_RULES = dict(framework="megatron-deepspeed", precision="fp16", flash=False, dropout=0.1,
+                       recompute="full", vpp=1, zero=1, vocab=51200)
+DEEPSPEED_GPUS = (("A100 80GB", "A100-80GB"), ("A100-SXM 80GB", "A100-80GB"), ("A100 40GB", "A100-40GB"),
+                  ("A100 (Polaris", "A100-40GB"), ("V100 (DGX-2)", "V100-32GB"))
+
+
+def eq3_flop(b, s, l, h, v):
+    """Narayanan et al. 2021 eq. (3): 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), recompute counted."""
+    return 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
+
+
+def record_from_deepspeed(rec: dict) -> Record | None:
+    m, c, p, me = rec["model"], rec["cluster"], dict(rec["parallel"]), rec["measured"]
+    if rec["id"].startswith(("bloom-pre", "mds-bert", "zeropp", "ulysses", "alcf-mds-aurora", "zero3offload")):
+        return None
+    gpu = next((name for key, name in DEEPSPEED_GPUS if str(c["gpu"]).startswith(key)), None)
+    if gpu is None or m.get("num_attention_heads") is None or p.get("tp") is None:
+        return None
+    if p.get("micro_batch") is None or p.get("dp") is None:
+        return None
+    if p.get("global_batch") is None:
+        p["global_batch"] = p["micro_batch"] * p["dp"]    # ASSUMED: no gradient accumulation stated
+    p["cp"] = p.get("cp") or 1
+    if p.get("flash_attention") is None and m["seq_length"] >= 8192:
+        p["flash_attention"] = True     # ASSUMED: s x s scores at 32K-128K tokens cannot be materialised
+    if p.get("offload") in ("cpu", "nvme"):
+        p["offload_optimizer"] = p["offload"]
+    step = me.get("iteration_time_s")
+    if step is None and me.get("tflops_per_gpu"):
+        vocab = m.get("vocab_size") or DEEPSPEED_RULES["vocab"]
+        flop = eq3_flop(p["global_batch"], m["seq_length"], m["num_layers"], m["hidden_size"], vocab)
+        step = flop / (me["tflops_per_gpu"] * 1e12 * c["num_gpus"])      # DERIVED (eq. 3)
+    if step is None:
+        return None
+    model = {**m, "ffn_hidden_size": m.get("ffn_hidden_size") or 4 * m["hidden_size"],
+             "num_kv_heads": m.get("num_kv_heads") or m["num_attention_heads"],
+             "activation": m.get("activation") or "gelu"}
+    copy = {**rec, "model": model, "parallel": p, "cluster": {**c, "gpu": gpu},
+            "measured": {**me, "step_time_s": step, "peak_memory_gib": None}}
+    out = record_from_published(copy, rules=DEEPSPEED_RULES, source="deepspeed")
+    if out is not None and p.get("offload_optimizer"):
+        out.case["parallel"]["offload_optimizer"] = p["offload_optimizer"]
+    return out
+
+
+# Held-out runs (benchmarks/data/heldout_runs.yaml): never fitted, only predicted. Each is estimated
+# with the framework profile of its source; what it leaves out is filled as below (ASSUMED, stated).
+HELDOUT_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "heldout_runs.yaml"
+HELDOUT_RULES = {
+    # MT-NLG (2021) on Megatron-DeepSpeed: fp16-era kernels, no FlashAttention, full checkpointing.
+    "megatron-deepspeed": dict(framework="megatron-deepspeed", precision="bf16", flash=False, dropout=0.1,
+                               recompute="full", vpp=1, zero=1, vocab=51200, mbs=1),
+    "megatron-lm": dict(framework="megatron-lm", precision="bf16", flash=False, dropout=0.1,
+                        recompute="full", vpp=1, zero=1, vocab=51200, mbs=1),
+    "megatron-core": dict(framework="megatron-core", precision="bf16", flash=True, dropout=0.0,
+                          recompute="none", vpp=1, zero=1, sp_if_tp=True, vocab=51200, mbs=1,
+                          grad_comm="bf16"),
+    "torchtitan": dict(framework="torchtitan", precision="bf16", flash=True, dropout=0.0, vpp=1, llama=True,
+                       memory="reserved", op_sac=True, zero=3, mbs=None),
+}
+# 'other' software, mapped to the closest profile by what it is (record notes).
+HELDOUT_OTHER = {"llama3": "megatron-core", "megascale": "megatron-core", "fms": "torchtitan"}
+HELDOUT_GPUS = (("NVIDIA Ampere", "A100-80GB"), ("A100-80GB", "A100-80GB"), ("A100", "A100-80GB"),
+                ("H100-SXM-96GB", "H100-96GB-500W"), ("H100", "H100-SXM"), ("H200", "H200"),
+                ("GB200", "GB200"), ("B200", "B200"))
+
+
+def record_from_heldout(rec: dict) -> Record | None:
+    """One heldout_runs.yaml record -> Record (source 'heldout:<prefix>')."""
+    fw_name = str(rec.get("framework", "other")).split(" ")[0]
+    prefix = rec["id"].split("-")[0]
+    if fw_name == "other":
+        fw_name = next((v for k, v in HELDOUT_OTHER.items() if prefix.startswith(k)), "megatron-core")
+    rules = dict(HELDOUT_RULES[fw_name])
+    gpu = next((name for key, name in HELDOUT_GPUS if str(rec["cluster"]["gpu"]).startswith(key)), None)
+    if gpu is None:
+        return None
+    p = dict(rec["parallel"])
+    if p.get("micro_batch") is None:
+        # torchtitan: local batch gb/dp, split into one micro-batch per pipeline stage by default
+        per_rank = max(1, int(p["global_batch"]) // int(p["dp"]))
+        p["micro_batch"] = rules["mbs"] or max(1, per_rank // int(p.get("pp") or 1))
+    if p.get("cp") is None:
+        p["cp"] = 1
+    copy = {**rec, "parallel": p, "cluster": {**rec["cluster"], "gpu": gpu}}
+    out = record_from_published(copy, rules=rules, source=f"heldout:{prefix}")
+    return out
+
+
+def load_heldout(path: str | os.PathLike | None = None) -> list[Record]:
+    data = yaml.safe_load(Path(path or HELDOUT_FILE).read_text())
+    return [r for r in (record_from_heldout(x) for x in data) if r]
+
+
 def load_records(directory: str | os.PathLike | None = None, include_vtrain: bool = True) -> list[Record]:
     d = validation_dir(directory)
     published = d / "published_dev.yaml"
     if not published.exists():
         raise SpecError(f"validation data not found at {d}; pass --data DIR or set PLANNER_VALIDATION_DIR")
     records = [r for r in (record_from_published(x) for x in yaml.safe_load(published.read_text())) if r]
+    ds = d / "deepspeed_runs.yaml"
+    if ds.exists():
+        records += [r for r in (record_from_deepspeed(x) for x in yaml.safe_load(ds.read_text())) if r]
     vtrain = d / "vtrain" / "ground_truth_single.csv"
     if include_vtrain and vtrain.exists():
         records += records_from_vtrain(vtrain)

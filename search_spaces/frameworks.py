@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.errors import UnknownPresetError
-from costmodels.types import GradComm, Offload, Sparsity
+from costmodels.types import Precision, GradComm, Offload, Sparsity
 
 from .constraints import FP8, SELECTIVE, STRUCTURAL, Rule, _implies
 
@@ -111,6 +111,13 @@ MEGATRON_DEEPSPEED_RULES = (
          lambda ctx, c: (c["grad_comm"] != GradComm.ZEROPP.code)
          | ((c["tp"] == 1) & (c["cp"] == 1) & (ctx.num_gpus > ctx.cluster.gpus_per_node)),
          _zeropp),
+    Rule("mds-zeropp-fp16-only",
+         "ZeRO++ quantised weights and gradients read their input as fp16 in DeepSpeed 0.16.2 "
+         "(csrc/quantization/pt_binding.cpp: quantize / swizzle_quant cast to __half), so bf16 training "
+         "would be silently wrong; use grad_comm bf16 or fp32, or fp16 precision", ("grad_comm", "precision"),
+         lambda ctx, c: (c["grad_comm"] != GradComm.ZEROPP.code) | (c["precision"] == Precision.FP16.code),
+         lambda ctx, v, e: _implies(v, e, [v.eq("grad_comm", GradComm.ZEROPP.code)],
+                                    v.m.add(v["precision"] == Precision.FP16.code))),
     Rule("mds-nvme-optimizer-needs-zero3",
          "NVMe optimizer offload needs ZeRO-3 (ZeRO-1/2 silently offload to CPU instead)",
          ("offload_optimizer", "zero"),

@@ -164,9 +164,12 @@ def ds_config(layout: Layout) -> dict:
                       "overlap_events": True, "thread_count": 1}
     if l.precision in (Precision.BF16, Precision.FP8):
         cfg["bf16"] = {"enabled": True}
-        if l.zero <= 1:
-            # fp32 gradient accumulation, as Megatron intends for bf16 (arguments.py:193-199): DeepSpeed
-            # then uses its BF16_Optimizer (ZeRO-1 sharding plus a full fp32 gradient buffer).
+        if l.zero == 0:
+            # ZeRO-0 with bf16 needs fp32 gradient accumulation: DeepSpeed then uses its BF16_Optimizer
+            # (engine.py:1276-1277; fp32 master sharded over dp, full fp32 gradient buffer, gradients
+            # all-reduced after the last backward with no overlap: bf16_optimizer.py:321-346).
+            # At ZeRO-1 the planner leaves grad_accum_dtype unset, so DeepSpeed picks its ZeRO optimizer
+            # (engine.py:1245-1248): 4 + 14/dp bytes per parameter instead of 8 + 12/dp.
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     elif l.precision is Precision.FP16:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,

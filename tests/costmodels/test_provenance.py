@@ -1,0 +1,59 @@
+"""Every catalog constant states where it comes from, and 'FITTED' means benchmarks/fit.py fits it."""
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = ROOT / "costmodels" / "catalog"
+
+# Constants that are not data-sheet quantities or documented switches: each must say FITTED,
+# ASSUMED (with its reason) or SET BY HAND on its line.
+CONSTANT_KEYS = {
+    "gemm_efficiency", "attention_efficiency", "hbm_efficiency", "kernel_overhead", "fp8_gemm_speedup",
+    "sparse_gemm_speedup", "nvlink_latency", "num_sms", "gemm_tile_intensity",
+    "attention_speedup", "elementwise_traffic", "iteration_overhead", "host_overhead",
+    "microbatch_overhead", "zero3_gather_efficiency", "zero3_overlap", "offload_overlap",
+    "saved_activation_factor",
+}
+LINE = re.compile(r"^\s*([a-z0-9_]+):\s*([^#\n]*?)\s*(?:#\s*(.*))?$")
+
+
+@pytest.fixture(scope="module")
+def fit():
+    pytest.importorskip("scipy")
+    spec = importlib.util.spec_from_file_location("fit", ROOT / "benchmarks" / "fit.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fit"] = module          # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _constant_lines():
+    for path in sorted(CATALOG.glob("gpus/*.yaml")) + sorted(CATALOG.glob("frameworks/*.yaml")):
+        for number, text in enumerate(path.read_text().splitlines(), 1):
+            m = LINE.match(text)
+            if m and m.group(1) in CONSTANT_KEYS and m.group(2):
+                yield path, number, m.group(1), m.group(3) or ""
+
+
+def test_every_constant_states_its_provenance():
+    missing = [f"{p.relative_to(ROOT)}:{n} {k}" for p, n, k, c in _constant_lines()
+               if not re.search(r"\b(FITTED|ASSUMED|SET BY HAND)\b", c)]
+    assert missing == []
+
+
+def test_fitted_means_fit_py_fits_it(fit):
+    targets = {(path.resolve(), p.yaml_key) for p in fit.PARAMETERS for path in fit.catalog_targets(p)}
+    claimed = {(p.resolve(), k) for p, n, k, c in _constant_lines() if re.search(r"\bFITTED\b", c)}
+    assert claimed - targets == set(), "says FITTED but benchmarks/fit.py does not fit it"
+    assert targets - claimed == set(), "benchmarks/fit.py fits it but the catalog does not say FITTED"
+
+
+def test_no_fitted_constant_belongs_to_one_framework_or_source(fit):
+    """Fewer constants, shared: no fitted constant is private to one framework profile."""
+    for p in fit.PARAMETERS:
+        if p.kind == "fw":
+            assert len(p.groups) >= 2, p.field
