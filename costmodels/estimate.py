@@ -203,7 +203,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     # ---- once per step ------------------------------------------------------------------------
     grad_sync, weight_sync = steptime.dp_gradient_sync_time(stage_p * gbytes, stage_p * wbytes, zero,
                                                              shard, tp, c,
-                                                             memory.bf16_optimizer_in_use(prec, zero, fw))
+                                                             bf16_opt)
     grad_sync = where(zero >= 2, 0.0, grad_sync)            # ZeRO-2/3 reduced per micro-batch
     weight_sync = where(zero >= 3, 0.0, weight_sync)        # ZeRO-3 gathers per micro-batch
     window = dp_overlap * layers * lb_gpu                      # last micro-batch's backward
