@@ -177,6 +177,7 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
         nvlink_efficiency=float(system.get("nvlink_efficiency", 0.8)),
         network_efficiency=float(system.get("network_efficiency", 0.85)),
         nvlink_latency_s=q("nvlink_latency", "5 us"),
+        collective_latency_s=q("collective_latency", "0 us"),
         network_latency_s=q("network_latency", "10 us"),
         pcie_bytes_per_s=q("pcie_bandwidth", "16 GB/s"),
         host_memory_bytes=q("host_memory", "1024 GiB"),
@@ -317,6 +318,8 @@ def framework_from_dict(d: dict) -> Framework:
             state_bytes_zero0=_state_bytes(d, what, "state_bytes_zero0") if "state_bytes_zero0" in d
             else _state_bytes(d, what),
             zero0_shards_optimizer=tuple(d.get("zero0_shards_optimizer", []) or []),
+            fsdp_pp_unsharded=bool(d.get("fsdp_pp_unsharded", False)),
+            zero3_recompute_gathers=float(d.get("zero3_recompute_gathers", 1.0)),
             allocator_fragmentation=float(d["allocator_fragmentation"]),
             cuda_context_bytes=q("cuda_context"),
             comm_buffer_bytes=q("comm_buffers"),

@@ -12,7 +12,10 @@ rings over NVLink + NICs; Thakur et al. 2005 for the ring costs). Each ring step
 alpha of its tier, so small messages and large groups are latency-bound (the alpha-beta model,
 Hockney 1994: the achieved bandwidth of an S-byte message is S / (S/B + steps * alpha)).
 All-reduce may instead use NCCL's double binary tree, whose latency grows with log2 of the node
-count (Sanders et al. 2009; NCCL 2.4 release notes): NCCL takes the faster of the two.
+count (Sanders et al. 2009; NCCL 2.4 release notes): NCCL takes the faster of the two. Every call
+also pays a fixed `collective_latency_s` (kernel launch, filling the chunk pipeline): measured NCCL
+all-reduce times (nccl-tests on an 8-GPU A100 node, benchmarks/data/nccl) are t = a0 + 2(n-1) alpha
++ 2(n-1)/n S / B within 6% from 1 MiB to 1 GiB, with a0 about 40 us.
 """
 from __future__ import annotations
 
@@ -37,6 +40,11 @@ def _ring_bandwidth_time(nbytes, n, bytes_per_s):
     return (n - 1) / n * nbytes / bytes_per_s
 
 
+def _call(size, cluster: ClusterSpec):
+    """Fixed cost of one collective call over more than one rank."""
+    return where(asf(size) > 1.0, cluster.collective_latency_s, 0.0)
+
+
 def _tiers(nbytes, size, k, cluster: ClusterSpec):
     """(bandwidth time, intra-domain ring steps x latency, domains) of one ring pass."""
     size = asf(size)
@@ -52,7 +60,7 @@ def reduce_scatter_time(nbytes, size, k, cluster: ClusterSpec):
     pipelined tiers plus one latency per ring step (NCCL runs reduce-scatter and all-gather as
     rings only)."""
     bw, intra_lat, domains = _tiers(nbytes, size, k, cluster)
-    return bw + intra_lat + (domains - 1) * cluster.network_latency_s
+    return bw + intra_lat + (domains - 1) * cluster.network_latency_s + _call(size, cluster)
 
 
 def all_gather_time(nbytes, size, k, cluster: ClusterSpec):
@@ -66,7 +74,7 @@ def all_reduce_time(nbytes, size, k, cluster: ClusterSpec):
     bw, intra_lat, domains = _tiers(nbytes, size, k, cluster)
     ring = 2.0 * (domains - 1)
     tree = 2.0 * np.log2(maximum(domains, 1.0))
-    return 2.0 * (bw + intra_lat) + minimum(ring, tree) * cluster.network_latency_s
+    return 2.0 * (bw + intra_lat) + minimum(ring, tree) * cluster.network_latency_s + _call(size, cluster)
 
 
 def all_to_all_time(nbytes, size, k, cluster: ClusterSpec):
@@ -77,7 +85,7 @@ def all_to_all_time(nbytes, size, k, cluster: ClusterSpec):
     intra = (k - 1) / size * nbytes / (cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency)
     inter = (size - k) / size * nbytes / (cluster.network_bytes_per_s * cluster.network_efficiency)
     latency = (size - 1) * where(size > k, cluster.network_latency_s, cluster.nvlink_latency_s)
-    return maximum(intra, inter) + latency
+    return maximum(intra, inter) + latency + _call(size, cluster)
 
 
 def p2p_time(nbytes, crosses_domain, cluster: ClusterSpec):

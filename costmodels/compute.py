@@ -182,6 +182,10 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     gemm_fwd, gemm_bwd = layer_gemm_times(m, gpu, tokens, tp, rate, speed)
     fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=elem / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass)
+    # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for
+    # the weight-gradient GEMMs (Korthikanti et al. 2022, §4.2.2); Megatron issues that all-gather
+    # asynchronously and runs the input-gradient GEMM meanwhile (tensor_parallel/layers.py,
+    # LinearWithGradAccumulationAndAsyncCommunication.backward), so it is not charged.
     # Backward: input- and weight-gradient GEMMs (2x forward; 2:4 speeds up only the former),
     # attention backward 2.5x its forward with FlashAttention (recomputes QK^T; Dao 2023, §3.1.2), 2x
     # without; elementwise ops read the saved input and the output gradient and write one gradient.

@@ -152,7 +152,9 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     # sends the whole tensor from every TP rank (deepspeed/runtime/pipe/p2p.py).
     crosses = tp * cp * dp >= c.nvlink_domain
     split = tp if fw.pp_scatter_gather else 1.0
-    p2p = where(pp > 1, 2.0 * p2p_time(tokens * m.hidden * e / split, crosses, c), 0.0)
+    # Interleaving sends every micro-batch across vpp times as many stage boundaries (Narayanan et al.
+    # 2021, §2.2.2: "the amount of communication also increases by v").
+    p2p = where(pp > 1, 2.0 * asf(vpp) * p2p_time(tokens * m.hidden * e / split, crosses, c), 0.0)
 
     # ZeRO-2 reduce-scatters and ZeRO-3 gathers happen every micro-batch.
     layer_p = params.layer_params(m)
@@ -162,7 +164,9 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     stage_p = maximum(first_p, last_p) / tp                    # weights per GPU, bigger stage
     gbytes = grad_comm_bytes_per_param(lb.grad_comm, prec)
     wbytes = weight_gather_bytes_per_param(lb.grad_comm, prec)
-    gathers = 2.0 + where(full_rc, 1.0, 0.0)
+    # Forward and backward gather each layer; the recompute forward gathers again under DeepSpeed
+    # ZeRO-3, not under FSDP (fw.zero3_recompute_gathers; see the framework files).
+    gathers = 2.0 + where(full_rc, fw.zero3_recompute_gathers, 0.0)
     z3 = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, gathers, shard, tp, c)
     z3 = z3 / fw.zero3_gather_efficiency
     mb_compute = body["compute"] + body["recompute"]
@@ -170,6 +174,14 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     # its own gather (one layer's share of the micro-batch's traffic stays exposed).
     z3_first = z3 / maximum(asf(layers), 1.0)
     z3_exposed = where(zero >= 3, maximum(z3 - fw.zero3_overlap * mb_compute, 0.0) + z3_first, 0.0)
+    # FSDP2 under a pipeline schedule (torchtitan): weights gathered once per step and kept, gradients
+    # reduce-scattered once, at the last micro-batch (fw.fsdp_pp_unsharded; see its catalog note).
+    keep_unsharded = (zero >= 3) & (pp > 1) & bool(fw.fsdp_pp_unsharded)
+    z3_once = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, 1.0, shard, tp, c)
+    z3_once = z3_once / fw.zero3_gather_efficiency
+    z3_step = where(keep_unsharded, maximum(z3_once - fw.zero3_overlap * mb_compute, 0.0)
+                    + z3_once / maximum(asf(layers), 1.0), 0.0)
+    z3_exposed = where(keep_unsharded, 0.0, z3_exposed)
     k_dp = members_per_domain(shard, tp, c.nvlink_domain)
     z2_rs = reduce_scatter_time(stage_p * gbytes, shard, k_dp, c)
     dp_overlap = where(pp > 1, fw.dp_overlap_pipelined, where(zero == 0, fw.dp_overlap_zero0, fw.dp_overlap))
@@ -222,7 +234,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
         "pp_comm": n_micro * p2p,
         "bubble": t_pipe - n_micro * tau_max,
         "dp_comm": n_micro * z2_exposed + dp_exposed,
-        "zero_comm": n_micro * z3_exposed,
+        "zero_comm": n_micro * z3_exposed + z3_step,
         "offload": n_micro * offload_p + opt_host,
         "optimizer": opt_gpu,
         "overhead": n_micro * (bottleneck("excess") + fw.microbatch_overhead_s) + fw.iteration_overhead_s,
@@ -250,18 +262,27 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     wl, gl, ol = states(last_p)
     working = memory.zero3_working_params(layer_p / tp, stage_p, fw) * memory.activation_bytes_per_element(prec)
     working = where(zero >= 3, working, 0.0)
+    # FSDP + PP kept unsharded: the stage's 16-bit weights, and fp32 gradients accumulated over the
+    # micro-batches before the last one's reduce-scatter.
+    work_first, work_last = (
+        where(keep_unsharded, p / tp * memory.activation_bytes_per_element(prec), working)
+        for p in (first_p, last_p))
+    grad_acc_first, grad_acc_last = (where(keep_unsharded & (n_micro > 1), p / tp * 4.0, 0.0)
+                                     for p in (first_p, last_p))
     workspace = memory.backward_workspace_bytes(m, tokens, tp, prec)
     buffers = fw.comm_buffer_bytes + 0.0 * step
 
-    def allocated(w, g, o, a, lg):
-        return w + g + o + a + lg + buffers + workspace + working
+    gf, gl = gf + grad_acc_first, gl + grad_acc_last
 
-    alloc_first = allocated(wf, gf, of, act_first, logits_first)
-    alloc_last = allocated(wl, gl, ol, act_last, logits)
+    def allocated(w, g, o, a, lg, work):
+        return w + g + o + a + lg + buffers + workspace + work
+
+    alloc_first = allocated(wf, gf, of, act_first, logits_first, work_first)
+    alloc_last = allocated(wl, gl, ol, act_last, logits, work_last)
     last_peaks = (pp > 1) & (alloc_last > alloc_first)
     pick = lambda first, last: where(last_peaks, last, first)  # noqa: E731
     mem = {
-        "weights": pick(wf, wl) + working,
+        "weights": pick(wf + work_first, wl + work_last),
         "grads": pick(gf, gl),
         "optimizer": pick(of, ol),
         "activations": pick(act_first, act_last),

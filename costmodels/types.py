@@ -185,6 +185,7 @@ class ClusterSpec:
     nvlink_efficiency: float = 0.8     # achieved NCCL bus bandwidth / link rate inside the domain
     network_efficiency: float = 0.85   # achieved bus bandwidth / NIC line rate
     nvlink_latency_s: float = 5e-6     # per-hop latency inside the domain
+    collective_latency_s: float = 0.0  # per NCCL collective call: launch and pipeline fill
     network_latency_s: float = 10e-6   # per-hop latency over InfiniBand / RoCE
     pcie_bytes_per_s: float = 25e9
     host_memory_bytes: float = 1024 * 2**30       # per node
@@ -242,6 +243,8 @@ class Framework:
     comm_buffer_bytes: float           # NCCL / bucket buffers held during the step
     logits_bytes_per_element: float    # peak bytes per logit during the loss (bf16 + fp32 copy)
     zero0_shards_optimizer: tuple[str, ...] = ()   # precisions whose ZeRO-0 optimizer still shards (BF16_Optimizer)
+    zero3_recompute_gathers: float = 1.0   # extra ZeRO-3 gathers of a layer for its recompute forward
+    fsdp_pp_unsharded: bool = False    # FSDP with PP: stage weights stay gathered, fp32 grads accumulate unsharded
     source: str = ""
 
 

@@ -59,7 +59,10 @@ SOURCES = {
     "torchtitan": dict(framework="torchtitan", flash=True, dropout=0.0, vpp=1, llama=True,
                        memory="reserved", gpu="H100-96GB-500W", op_sac=True),
     # vTrain single-node runs: Megatron-DeepSpeed, fp16, full recompute, GPT-2 vocabulary 50257;
-    # intra-node bandwidth 150 GB/s as in vTrain's own configuration files (intra_node_bandwidth).
+    # NVLink: the catalog A100's NVSwitch (300 GB/s each way). vTrain's configs say
+    # "intra_node_bandwidth": 150, but its predictor never reads that field (src/predictor.py) and its
+    # NCCL all-reduce table measured on the same machine (trace/a100/AR_GPU8_1M_1024M_LUT) reaches a
+    # 229 GB/s bus bandwidth at 1 GiB, which 150 GB/s links cannot carry.
     "vtrain": dict(framework="megatron-deepspeed", precision="fp16", flash=False, dropout=0.1,
                    recompute="full", vpp=1, zero=0, vocab=50257),
 }
@@ -140,7 +143,14 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     parallel["recompute"] = p.get("recompute") or rules.get("recompute", "none")
     if rules.get("op_sac") and parallel["recompute"] == "selective":
         parallel["recompute"] = "full"
-        parallel["recompute_layers"] = max(1, m["num_layers"] // p["pp"] // 2)
+        stage = m["num_layers"] // p["pp"]
+        parallel["recompute_layers"] = max(1, stage // 2)
+        me = rec.get("measured") or {}
+        if me.get("mfu") and me.get("hfu"):
+            # DERIVED: a fully recomputed layer costs 8 instead of 6 units of model FLOPs, so the
+            # published HFU / MFU ratio gives the checkpointed share of layers: 3 (HFU/MFU - 1).
+            share = min(max(3.0 * (me["hfu"] / me["mfu"] - 1.0), 0.0), 1.0)
+            parallel["recompute_layers"] = max(1, round(share * stage))
     parallel["precision"] = p.get("precision") or rules.get("precision", "bf16")
     flash = p.get("flash_attention")
     parallel["flash_attention"] = rules["flash"] if flash is None else flash
@@ -164,29 +174,39 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     )
 
 
-def records_from_vtrain(path: Path) -> list[Record]:
-    """vTrain ground_truth_single.csv rows (GPT, 4h FFN, seq 1024) -> Records."""
+def records_from_vtrain(path: Path, source: str = "vtrain") -> list[Record]:
+    """vTrain ground-truth rows (GPT, 4h FFN) -> Records: `ground_truth_single.csv` (2-8 GPUs, in
+    ../shared/validation) or `ground_truth_multi.csv` (64-512 GPUs, benchmarks/data/vtrain, with a
+    leading 'Parameters (billion)' column). Both: vTrain's configs, 8 GPUs per node, NVSwitch A100
+    (see SOURCES["vtrain"]); multi-node: 800 Gb/s per node, i.e. 100 Gb/s per GPU."""
     rules = SOURCES["vtrain"]
     out = []
-    with open(path, newline="") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         rows = list(csv.reader(fh))
+    multi = rows[0][0].startswith("Parameters")
     for i, row in enumerate(rows[1:]):
-        gpus, gbs, mbs, h, a, layers, s, tp, dp, pp, ms = row
+        if not row:
+            continue
+        gpus, gbs, mbs, h, a, layers, s, tp, dp, pp, ms = row[1:] if multi else row
         tp_i = int(tp)
         model = {"name": f"vtrain-h{h}-l{layers}", "num_layers": int(layers), "hidden_size": int(h),
                  "ffn_hidden_size": 4 * int(h), "num_attention_heads": int(a), "num_kv_heads": int(a),
                  "vocab_size": _pad_vocab(rules["vocab"], tp_i, rules["framework"]), "seq_length": int(s),
                  "activation": "gelu", "hidden_dropout": rules["dropout"],
                  "attention_dropout": rules["dropout"], "tied_embeddings": True}
+        # ASSUMED ZeRO-1 for the multi-node rows: the 3.6B runs at micro batch 8 cannot hold unsharded
+        # fp16 Adam state (16 B/parameter) plus activations and fp32 logits in 80 GB, and they ran.
+        zero = 1 if multi else rules["zero"]
         parallel = {"tp": tp_i, "pp": int(pp), "dp": int(dp), "cp": 1, "micro_batch": int(mbs),
-                    "global_batch": int(gbs), "zero_stage": rules["zero"], "recompute": rules["recompute"],
+                    "global_batch": int(gbs), "zero_stage": zero, "recompute": rules["recompute"],
                     "precision": rules["precision"], "flash_attention": False, "sequence_parallel": False,
                     "vpp": 1, "grad_comm": "fp16"}
+        cluster = {"gpu": "A100-80GB", "num_gpus": int(gpus), "gpus_per_node": 8}
+        if multi:
+            cluster["network_bandwidth"] = "100 Gb/s"
         out.append(Record(
-            id=f"vtrain-{i:04d}", source="vtrain",
-            case={"model": model, "cluster": {"gpu": "A100-80GB", "num_gpus": int(gpus), "gpus_per_node": 8,
-                                              "nvlink_bandwidth": "150 GB/s"},
-                  "parallel": parallel, "framework": rules["framework"]},
+            id=f"{source}-{i:04d}", source=source,
+            case={"model": model, "cluster": cluster, "parallel": parallel, "framework": rules["framework"]},
             measured_step_s=float(ms) / 1e3, measured_memory_gib=None, memory_method=None,
             model_key=(int(layers), int(h), int(s))))
     return out
@@ -244,6 +264,7 @@ def record_from_deepspeed(rec: dict) -> Record | None:
 # Held-out runs (benchmarks/data/heldout_runs.yaml): never fitted, only predicted. Each is estimated
 # with the framework profile of its source; what it leaves out is filled as below (ASSUMED, stated).
 HELDOUT_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "heldout_runs.yaml"
+VTRAIN_MULTI_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "vtrain" / "ground_truth_multi.csv"
 HELDOUT_RULES = {
     # MT-NLG (2021) on Megatron-DeepSpeed: fp16-era kernels, no FlashAttention, full checkpointing.
     "megatron-deepspeed": dict(framework="megatron-deepspeed", precision="bf16", flash=False, dropout=0.1,
@@ -302,6 +323,9 @@ def load_records(directory: str | os.PathLike | None = None, include_vtrain: boo
     vtrain = d / "vtrain" / "ground_truth_single.csv"
     if include_vtrain and vtrain.exists():
         records += records_from_vtrain(vtrain)
+    multi = VTRAIN_MULTI_FILE
+    if include_vtrain and multi.exists():
+        records += records_from_vtrain(multi, source="vtrain-multi")
     return records
 
 
@@ -367,7 +391,8 @@ def summarize(results: list[Result]) -> dict:
     pairs = right = 0
     groups: dict[tuple, list[Result]] = {}
     for r in results:
-        groups.setdefault((r.record.source == "vtrain",) + r.record.model_key, []).append(r)
+        vt = r.record.source if r.record.source.startswith("vtrain") else ""
+        groups.setdefault((vt,) + r.record.model_key, []).append(r)
     for rs in groups.values():
         for a, b in combinations(rs, 2):
             ma, mb = a.record.measured_step_s, b.record.measured_step_s
@@ -401,7 +426,7 @@ def format_table(results: list[Result], summary: dict, per_record_vtrain: bool =
     lines = [f"{'record':46s} {'measured s':>11s} {'predicted s':>11s} {'error':>7s}   memory (measured / predicted GiB, method)"]
     for r in results:
         if r.record.source == "vtrain" and not per_record_vtrain:
-            continue
+            continue  # 1,440 rows: summarised below; vtrain-multi's 109 rows are listed
         mem = ""
         if r.memory_error is not None:
             mem = (f"   {r.record.measured_memory_gib:6.1f} / {r.predicted_memory_gib:6.1f} "

@@ -108,7 +108,7 @@ def test_megatron_distributed_optimizer_is_6_plus_12_over_dp():
 def test_ring_all_reduce_moves_2_n_minus_1_over_n():
     """Patarasuk & Yuan 2009: ring all-reduce time 2(n-1)/n x D / B (+ 2(n-1) hop latencies)."""
     c = catalog.load_cluster("A100-80GB", num_gpus=8)
-    c = replace(c, nvlink_latency_s=0.0)
+    c = replace(c, nvlink_latency_s=0.0, collective_latency_s=0.0)
     D = 1e9
     t = comm.all_reduce_time(D, 8, 8, c)
     assert float(t) == pytest.approx(2 * 7 / 8 * D / (c.nvlink_bytes_per_s * c.nvlink_efficiency))
@@ -118,7 +118,8 @@ def test_hierarchical_all_reduce_uses_every_nic_and_pipelines_the_tiers():
     """Across domains each GPU drives its own NIC with 1/k of the data; NCCL streams the NVLink and
     network phases chunk by chunk, so the slower tier bounds the time (issue 8, item 5: adding them
     was up to 2x pessimistic)."""
-    c = replace(catalog.load_cluster("H100-SXM", num_gpus=64), nvlink_latency_s=0.0, network_latency_s=0.0)
+    c = replace(catalog.load_cluster("H100-SXM", num_gpus=64), nvlink_latency_s=0.0, network_latency_s=0.0,
+                collective_latency_s=0.0)
     D = 8e9
     t = float(comm.all_reduce_time(D, 64, 8, c))
     intra = 2 * 7 / 8 * D / (c.nvlink_bytes_per_s * c.nvlink_efficiency)
@@ -129,13 +130,16 @@ def test_hierarchical_all_reduce_uses_every_nic_and_pipelines_the_tiers():
 
 def test_collective_latency_ring_steps_and_tree():
     """Alpha-beta: a ring pays one latency per step, (n-1) for reduce-scatter; all-reduce across d
-    domains takes the double binary tree's 2 log2(d) network latencies when that beats 2(d-1)."""
-    c = replace(catalog.load_cluster("H100-SXM", num_gpus=1024), nvlink_latency_s=2e-6, network_latency_s=10e-6)
+    domains takes the double binary tree's 2 log2(d) network latencies when that beats 2(d-1); every
+    call adds the fixed per-call latency once."""
+    c = replace(catalog.load_cluster("H100-SXM", num_gpus=1024), nvlink_latency_s=2e-6, network_latency_s=10e-6,
+                collective_latency_s=30e-6)
     tiny = 8.0
     rs = float(comm.reduce_scatter_time(tiny, 1024, 8, c))
-    assert rs == pytest.approx(7 * 2e-6 + 127 * 10e-6, rel=1e-3)
+    assert rs == pytest.approx(30e-6 + 7 * 2e-6 + 127 * 10e-6, rel=1e-3)
     ar = float(comm.all_reduce_time(tiny, 1024, 8, c))
-    assert ar == pytest.approx(2 * 7 * 2e-6 + 2 * 7 * 10e-6, rel=1e-3)
+    assert ar == pytest.approx(30e-6 + 2 * 7 * 2e-6 + 2 * 7 * 10e-6, rel=1e-3)
+    assert float(comm.all_reduce_time(tiny, 1, 1, c)) == 0.0      # no collective over one rank
 
 
 def test_pipeline_bubble_fraction():

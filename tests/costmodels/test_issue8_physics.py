@@ -1,4 +1,6 @@
 """Defects of issue 8 (cost model out of sample): each test fails on the code before its fix."""
+from dataclasses import replace
+
 import pytest
 
 import planner
@@ -66,10 +68,12 @@ def test_gemm_efficiency_depends_on_shape():
 
 
 def test_host_overhead_is_physical():
-    """Item 3: the per-kernel host cost is in eager PyTorch's physical range, not 57 us."""
-    for name in ("megatron-deepspeed", "megatron-lm", "torchtitan", "megatron-core"):
-        fw = catalog.load_framework(name)
-        assert 3e-6 <= fw.host_overhead_s <= 20e-6, name
+    """Item 3: the per-kernel host cost is one constant shared by every framework, inside eager
+    PyTorch's range (5-20 us per Python-level op, about 2 ops per counted kernel), not 57 us."""
+    values = {catalog.load_framework(name).host_overhead_s
+              for name in ("megatron-deepspeed", "megatron-lm", "torchtitan", "megatron-core", "llm-foundry")}
+    assert len(values) == 1
+    assert 3e-6 <= values.pop() <= 40e-6
 
 
 def test_blackwell_gemm_efficiency_is_physical():
@@ -78,3 +82,63 @@ def test_blackwell_gemm_efficiency_is_physical():
     h100 = catalog.load_gpu("H100-SXM")
     for name in ("B200", "GB200"):
         assert catalog.load_gpu(name).gemm_efficiency == pytest.approx(h100.gemm_efficiency)
+
+
+def test_fsdp_with_pipeline_keeps_the_stage_gathered():
+    """Item 7: torchtitan's FSDP2 under a pipeline schedule does not reshard after forward, and the
+    pipelining stage accumulates fp32 gradients unsharded until the last micro-batch. Llama 3.1 405B,
+    tp 8 / pp 8 / FSDP 8 on 512 H100 (held-out, torchtitan 2024-12): 72.7-84.9 GiB reserved measured;
+    predicted 39.7 GiB before this was modelled."""
+    from planner.validation import evaluate, load_heldout
+    runs = [r for r in load_heldout() if r.id.startswith(("torchtitan-202412-t5", "torchtitan-202412-t6"))]
+    assert len(runs) == 4
+    for res in evaluate(runs):
+        assert abs(res.memory_error) <= 0.10, (res.record.id, res.memory_error)
+
+
+def test_fsdp_pipeline_gathers_once_per_step():
+    """The same behaviour in time: one all-gather and one reduce-scatter per step, not per micro-batch."""
+    from costmodels.estimate import estimate
+    from costmodels.types import Layout, Precision, Recompute
+    model = catalog.load_model("llama3.1-70b")
+    cluster = catalog.load_cluster("H100-SXM", num_gpus=64)
+    layout = Layout(tp=8, pp=2, dp=4, mbs=1, gbs=64, seq_len=4096, zero=3, recompute=Recompute.FULL,
+                    precision=Precision.BF16)
+    titan = catalog.load_framework("torchtitan")
+    per_mb = estimate(model, cluster, replace(titan, fsdp_pp_unsharded=False), layout)
+    once = estimate(model, cluster, titan, layout)
+    assert once.time.zero_comm < per_mb.time.zero_comm / 4
+    assert once.memory.weights > per_mb.memory.weights
+    assert once.memory.grads > per_mb.memory.grads
+
+
+def test_vtrain_host_bound_floor(validation_dir):
+    """Item 3: vTrain's Megatron-DeepSpeed rows at tp 2, hidden 1024 take 83-90 ms per micro-batch
+    whether it holds 1, 2 or 4 sequences: a host-bound floor. The model reproduces it (was 20-55% fast)."""
+    from planner.validation import evaluate, records_from_vtrain
+    rows = records_from_vtrain(validation_dir / "vtrain" / "ground_truth_single.csv")
+    pick = [r for r in rows if r.case["parallel"]["tp"] == 2 and r.case["parallel"]["pp"] == 1
+            and r.case["model"]["hidden_size"] == 1024 and r.case["model"]["num_layers"] == 24
+            and r.case["parallel"]["micro_batch"] in (1, 2, 4)]
+    assert len(pick) >= 20
+    errors = [res.step_error for res in evaluate(pick)]
+    assert sum(abs(e) for e in errors) / len(errors) <= 0.15
+
+
+def test_all_reduce_matches_measured_nccl():
+    """Collectives against measured NCCL: vTrain's nccl-tests all-reduce table on its A100 node
+    (2-8 GPUs, 1 MiB-1 GiB; benchmarks/data/nccl). The per-call latency and the NVSwitch bus
+    efficiency bring the model from 24% to about 6% mean error."""
+    import csv
+    from pathlib import Path
+    from costmodels.comm import all_reduce_time
+    table = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "nccl" / "vtrain_allreduce.csv"
+    rows = [r for r in csv.DictReader(table.open()) if r["gpu"] == "A100"]
+    assert len(rows) == 77
+    cluster = catalog.load_cluster("A100-80GB", num_gpus=8, gpus_per_node=8)
+    errors = []
+    for r in rows:
+        n, size = int(r["num_gpus"]), float(r["size_bytes"])
+        errors.append(float(all_reduce_time(size, n, n, cluster)) / (float(r["time_us"]) * 1e-6) - 1.0)
+    assert sum(abs(e) for e in errors) / len(errors) <= 0.10
+    assert max(abs(e) for e in errors) <= 0.25
