@@ -105,6 +105,15 @@ def grad_comm_bytes_per_param(grad_comm, precision):
 _GRAD_WIRE_BYTES = np.array([4.0, 2.0, 0.5, 0.125])   # by GradComm code: fp32, bf16, zeropp, 1bit
 
 
+def zeropp_quantisation_bytes_per_param(grad_comm, gathers):
+    """HBM bytes of ZeRO++'s quantise / dequantise kernels per local parameter and micro-batch: each
+    qwZ gather quantises the 16-bit shard (read 2, write 1) and dequantises what arrives (read 1,
+    write 2); qgZ quantises the 16-bit gradient to int4 and dequantises the reduced result (read 2,
+    write 0.5, twice: its all-to-all runs in two hops; Wang et al. 2023, arXiv:2306.10209, §3.1-3.3).
+    Memory-bound, so the kernels run at HBM bandwidth. Zero without ZeRO++."""
+    return where(asv(grad_comm) == 2, asf(gathers) * 6.0 + 2.0 * 2.5, 0.0)
+
+
 def weight_gather_bytes_per_param(grad_comm, precision):
     """ZeRO-3 / ZeRO-1,2 weight all-gather: the working dtype, or int8 with ZeRO++ qwZ
     (Wang et al. 2023, arXiv:2306.10209, §3.1)."""

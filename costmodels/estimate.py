@@ -13,7 +13,7 @@ import numpy as np
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
 from . import compute, memory, params, steptime
-from .comm import (grad_comm_bytes_per_param, members_per_domain, p2p_time, reduce_scatter_time,
+from .comm import (grad_comm_bytes_per_param, zeropp_quantisation_bytes_per_param, members_per_domain, p2p_time, reduce_scatter_time,
                    weight_gather_bytes_per_param)
 from .flops import model_flop_per_token, recompute_flop_per_token
 from .types import (LAYOUT_FIELDS, ClusterSpec, Estimate, Framework, Layout, LayoutBatch, MemoryBreakdown,
@@ -169,6 +169,9 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     gathers = 2.0 + where(full_rc, fw.zero3_recompute_gathers, 0.0)
     z3 = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, gathers, shard, tp, c)
     z3 = z3 / fw.zero3_gather_efficiency
+    # ZeRO++'s quantisation kernels sit on the gather / reduce path.
+    z3 = z3 + stage_p * zeropp_quantisation_bytes_per_param(lb.grad_comm, gathers) / (
+        c.gpu.hbm_bytes_per_s * c.gpu.hbm_efficiency)
     mb_compute = body["compute"] + body["recompute"]
     # Gathers of layer i+1 are prefetched under layer i's compute; each pass's first layer waits for
     # its own gather (one layer's share of the micro-batch's traffic stays exposed).

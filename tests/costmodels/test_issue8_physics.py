@@ -142,3 +142,22 @@ def test_all_reduce_matches_measured_nccl():
         errors.append(float(all_reduce_time(size, n, n, cluster)) / (float(r["time_us"]) * 1e-6) - 1.0)
     assert sum(abs(e) for e in errors) / len(errors) <= 0.10
     assert max(abs(e) for e in errors) <= 0.25
+
+
+def test_zeropp_quantisation_kernels_cost_time():
+    """Item 5: ZeRO++'s quantise / dequantise kernels are memory-bound work on the gather path; with a
+    free network the ZeRO++ layout is not free (the kernels read and write every gathered weight)."""
+    from costmodels.estimate import estimate
+    from costmodels.types import GradComm, Layout, Precision
+    model = catalog.load_model("llama2-13b")
+    cluster = replace(catalog.load_cluster("A100-80GB", num_gpus=16), network_bytes_per_s=1e15,
+                      nvlink_bytes_per_s=1e15, network_latency_s=0.0, nvlink_latency_s=0.0,
+                      collective_latency_s=0.0)
+    fw = replace(catalog.load_framework("megatron-deepspeed"), zero3_overlap=0.0)
+    base = dict(tp=1, pp=1, dp=16, mbs=1, gbs=64, seq_len=4096, zero=3, precision=Precision.FP16)
+    plain = estimate(model, cluster, fw, Layout(**base, grad_comm=GradComm.BF16))
+    zpp = estimate(model, cluster, fw, Layout(**base, grad_comm=GradComm.ZEROPP))
+    params_per_gpu = 13.0e9                   # no recompute: 2 gathers (qwZ) and one qgZ reduction
+    hbm = cluster.gpu.hbm_bytes_per_s * cluster.gpu.hbm_efficiency
+    per_mb = params_per_gpu * (2 * 6.0 + 5.0) / hbm
+    assert zpp.time.zero_comm - plain.time.zero_comm == pytest.approx(4 * per_mb, rel=0.05)
