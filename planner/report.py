@@ -6,6 +6,7 @@ import io
 
 from costmodels.units import GiB, fmt_bytes, fmt_seconds
 
+from .evidence import evidence_lines
 from .text import MEMORY_LABELS, TIME_LABELS
 
 SOURCES = [
@@ -189,6 +190,9 @@ def render_report(data: dict, figures: dict) -> str:
         if data.get("env"):
             lines.append("Environment for every rank (also in `.deepspeed_env` for multi-node runs): "
                          + ", ".join(f"`{k}={v}`" for k, v in sorted(data["env"].items())) + ".")
+    trust = evidence_lines(data)
+    if trust:
+        lines += ["", "## How far to trust these numbers", ""] + [f"- {t}" for t in trust]
     lines += ["", "## Where the numbers come from", "", est["flop_formula"] + ".", ""]
     lines += [f"- {a}: {b}" for a, b in SOURCES]
     lines.append("")
