@@ -6,9 +6,13 @@ Minimises the log step-time error, each source weighted equally (so the 1,440 vT
 drown the other runs), with a weak log-normal prior on each constant at its physically expected value
 (data sheets, kernel benchmarks) and hard physical bounds. Every constant here is shared by several
 sources: per GPU family the GEMM and attention efficiency; across all GPUs the HBM efficiency and the
-per-kernel cost; across all frameworks the host time to issue a kernel and the per-step overhead;
-across all clusters the NVLink hop latency. Framework differences (kernels, fusion, overlap) are
-ASSUMED from their documented behaviour in the framework files, not fitted.
+per-kernel cost; across all frameworks the host time to issue a kernel and the per-step overhead.
+Framework differences (kernels, fusion, overlap) are ASSUMED from their documented behaviour in the
+framework files, not fitted.
+
+Before that, and not on step times: NCCL's per-step and per-call latencies and the A100 NVSwitch bus
+efficiency are fitted to measured all-reduce times (`COLLECTIVE_PARAMETERS`, benchmarks/data/nccl);
+with `--write` the step-time fit then sees them.
 
 `--write` puts the values into the catalog YAML files with a provenance comment (records, sources);
 tests/costmodels/test_provenance.py checks that every constant a catalog file calls FITTED is one
