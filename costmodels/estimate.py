@@ -97,11 +97,21 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     # assigns them: ceil(L / p) on every stage but the last, which takes what remains.
     layers = ceil(m.num_layers / pp)
     layers_last = where(pp > 1, m.num_layers - (pp - 1) * layers, layers)
+    # Megatron-Core's uneven split (--decoder-first/last-pipeline-num-layers): the first and last
+    # stages hold the given counts, the middle stages share the rest evenly. `layers` is then the
+    # middle stages' count, `layers_first` the first stage's.
+    first_set, last_set = _f(lb.first_stage_layers), _f(lb.last_stage_layers)
+    uneven = (first_set > 0) | (last_set > 0)
+    layers_first = where(first_set > 0, first_set, layers)
+    layers_last = where(last_set > 0, last_set, where(uneven, layers, layers_last))
+    mid_rest = m.num_layers - layers_first - layers_last
+    layers = where(uneven, where(pp > 2, mid_rest / maximum(pp - 2.0, 1.0), layers_first), layers)
+    layers_first = where(uneven, layers_first, layers)
 
     def recomputed_in(stage_layers):
         return where(lb.recompute_layers > 0, minimum(lb.recompute_layers, stage_layers), stage_layers)
 
-    recomputed = recomputed_in(layers)
+    recomputed = recomputed_in(layers_first)
     shard = dp * cp                              # ZeRO / distributed-optimizer shard group
     e = memory.activation_bytes_per_element(prec)
 
@@ -138,7 +148,8 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
                 "excess": n_layers * (lf_x + lb_x) + where(full_rc, n_rc * lf_x,
                                                               where(rc == 1, n_layers * co_x, 0.0))}
 
-    body = body_of(layers)
+    body = body_of(layers_first)
+    body_mid = body_of(layers)
     body_last = body_of(layers_last)
     ef_gpu, ef_tp, ef_x = gpu_and_excess(emb_f)
     eb_gpu, eb_tp, eb_x = gpu_and_excess(emb_b)
@@ -158,10 +169,11 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
 
     # ZeRO-2 reduce-scatters and ZeRO-3 gathers happen every micro-batch.
     layer_p = params.layer_params(m)
-    first_p = layers * layer_p + params.embedding_params(m) + where(pp <= 1, params.output_params(m), 0.0)
+    first_p = layers_first * layer_p + params.embedding_params(m) + where(pp <= 1, params.output_params(m), 0.0)
+    mid_p = layers * layer_p
     last_out = params.output_params(m) + (m.vocab * m.hidden if m.tied_embeddings else 0.0)
     last_p = layers_last * layer_p + where(pp <= 1, params.embedding_params(m) + params.output_params(m), last_out)
-    stage_p = maximum(first_p, last_p) / tp                    # weights per GPU, bigger stage
+    stage_p = maximum(maximum(first_p, last_p), where(pp > 2, mid_p, 0.0)) / tp   # weights per GPU, biggest stage
     gbytes = grad_comm_bytes_per_param(lb.grad_comm, prec)
     wbytes = weight_gather_bytes_per_param(lb.grad_comm, prec)
     # Forward and backward gather each layer; the recompute forward gathers again under DeepSpeed
@@ -207,13 +219,13 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
 
     tau_first = tau(body, first_extra) + where(pp <= 1, sum(last_extra.values()), 0.0)
     tau_last = tau(body_last, last_extra)
-    tau_mid = tau(body, {})
-    t_pipe, tau_max, last_is_max = steptime.pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, n_micro)
+    tau_mid = tau(body_mid, {})
+    t_pipe, tau_max, slowest = steptime.pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, n_micro)
 
     def bottleneck(key):
         first = body.get(key, 0.0) + first_extra.get(key, 0.0) + where(pp <= 1, last_extra.get(key, 0.0), 0.0)
         last = body_last.get(key, 0.0) + last_extra.get(key, 0.0)
-        return where(last_is_max, last, first)
+        return where(slowest == 2, last, where(slowest == 1, body_mid.get(key, 0.0), first))
 
     # ---- once per step ------------------------------------------------------------------------
     grad_sync, weight_sync = steptime.dp_gradient_sync_time(stage_p * gbytes, stage_p * wbytes, zero,
@@ -250,7 +262,9 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     ckpt = memory.checkpoint_bytes(m, tokens, tp, sp, prec)
     inflight_first = memory.inflight_microbatches(pp, vpp, n_micro, 0)
     inflight_last = memory.inflight_microbatches(pp, vpp, n_micro, pp - 1)
-    act_first = (memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers, recomputed, inflight_first)
+    inflight_mid = memory.inflight_microbatches(pp, vpp, n_micro, 1)
+    act_mid = memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers, recomputed_in(layers), inflight_mid)
+    act_first = (memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers_first, recomputed, inflight_first)
                  + inflight_first * memory.embedding_activation_bytes(m, tokens, tp, sp, prec))
     act_last = memory.stored_activation_bytes(stored, core_act, ckpt, rc, layers_last,
                                               recomputed_in(layers_last), inflight_last)
@@ -263,37 +277,45 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
 
     wf, gf, of = states(first_p)
     wl, gl, ol = states(last_p)
+    wm, gm, om = states(mid_p)
     working = memory.zero3_working_params(layer_p / tp, stage_p, fw) * memory.activation_bytes_per_element(prec)
     working = where(zero >= 3, working, 0.0)
     # FSDP + PP kept unsharded: the stage's 16-bit weights, and fp32 gradients accumulated over the
     # micro-batches before the last one's reduce-scatter.
-    work_first, work_last = (
+    work_first, work_last, work_mid = (
         where(keep_unsharded, p / tp * memory.activation_bytes_per_element(prec), working)
-        for p in (first_p, last_p))
-    grad_acc_first, grad_acc_last = (where(keep_unsharded & (n_micro > 1), p / tp * 4.0, 0.0)
-                                     for p in (first_p, last_p))
+        for p in (first_p, last_p, mid_p))
+    grad_acc_first, grad_acc_last, grad_acc_mid = (where(keep_unsharded & (n_micro > 1), p / tp * 4.0, 0.0)
+                                                   for p in (first_p, last_p, mid_p))
     workspace = memory.backward_workspace_bytes(m, tokens, tp, prec)
     buffers = fw.comm_buffer_bytes + 0.0 * step
 
-    gf, gl = gf + grad_acc_first, gl + grad_acc_last
+    gf, gl, gm = gf + grad_acc_first, gl + grad_acc_last, gm + grad_acc_mid
 
     def allocated(w, g, o, a, lg, work):
         return w + g + o + a + lg + buffers + workspace + work
 
     alloc_first = allocated(wf, gf, of, act_first, logits_first, work_first)
     alloc_last = allocated(wl, gl, ol, act_last, logits, work_last)
+    alloc_mid = allocated(wm, gm, om, act_mid, 0.0 * logits, work_mid)
     last_peaks = (pp > 1) & (alloc_last > alloc_first)
-    pick = lambda first, last: where(last_peaks, last, first)  # noqa: E731
+    # With an uneven split a middle stage (the second: most micro-batches in flight) may peak.
+    mid_peaks = uneven & (pp > 2) & (alloc_mid > maximum(alloc_first, where(pp > 1, alloc_last, 0.0)))
+
+    def pick(first, last, mid=None):
+        out = where(last_peaks, last, first)
+        return out if mid is None else where(mid_peaks, mid, out)
+
     mem = {
-        "weights": pick(wf + work_first, wl + work_last),
-        "grads": pick(gf, gl),
-        "optimizer": pick(of, ol),
-        "activations": pick(act_first, act_last),
-        "logits": pick(logits_first, logits),
+        "weights": pick(wf + work_first, wl + work_last, wm + work_mid),
+        "grads": pick(gf, gl, gm),
+        "optimizer": pick(of, ol, om),
+        "activations": pick(act_first, act_last, act_mid),
+        "logits": pick(logits_first, logits, 0.0 * logits),
         "comm_buffers": buffers,
         "workspace": workspace,
     }
-    alloc = pick(alloc_first, alloc_last)
+    alloc = pick(alloc_first, alloc_last, alloc_mid)
     mem["fragmentation"] = alloc * fw.allocator_fragmentation
     mem["cuda_context"] = fw.cuda_context_bytes + 0.0 * alloc
     total_mem = alloc + mem["fragmentation"] + mem["cuda_context"]
@@ -307,7 +329,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     # ---- throughput ----------------------------------------------------------------------------
     tokens_step = gbs * seq
     model_flop = tokens_step * model_flop_per_token(m, seq)
-    share = recomputed / layers
+    share = recomputed / layers_first
     hw_flop = model_flop + tokens_step * recompute_flop_per_token(m, seq, rc, share)
     world = tp * pp * dp * cp
     peak = _peak_for(c, prec)
@@ -332,8 +354,10 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
         "hfu": hw_flop / step / world / peak,
         "peak_flop_per_s": peak,
         "num_gpus": world,
-        "layers_per_stage": layers,
-        "memory_peak_stage": where(last_peaks, pp - 1, 0.0),
+        "layers_per_stage": layers_first,
+        "layers_mid_stage": layers,
+        "layers_last_stage": layers_last,
+        "memory_peak_stage": where(mid_peaks, 1.0, where(last_peaks, pp - 1, 0.0)),
     })
     return cols
 
@@ -350,9 +374,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layou
     row = {k: float(v) for k, v in _estimate_chunk(model, cluster, framework, _OneLayout(layout)).items()}
     mem = MemoryBreakdown(**{k: row[f"mem_{k}"] for k in MEMORY_FIELDS})
     time = TimeBreakdown(**{k: row[f"time_{k}"] for k in TIME_FIELDS})
-    layers = int(row["layers_per_stage"])
-    stages = tuple(layers if i < layout.pp - 1 else model.num_layers - (layout.pp - 1) * layers
-                   for i in range(layout.pp))
+    first, mid, last = (int(round(row[k])) for k in ("layers_per_stage", "layers_mid_stage", "layers_last_stage"))
+    stages = (first,) if layout.pp == 1 else (first,) + (mid,) * (layout.pp - 2) + (last,)
     return Estimate(memory=mem, time=time, model_flop_per_step=row["model_flop_per_step"],
                     hardware_flop_per_step=row["hardware_flop_per_step"],
                     tokens_per_step=row["tokens_per_step"], num_gpus=layout.world,

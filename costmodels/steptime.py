@@ -16,15 +16,20 @@ from .comm import all_gather_time, all_to_all_time, members_per_domain, reduce_s
 
 
 def pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, num_microbatches):
-    """Returns (total, bottleneck tau, is_last_bottleneck) for one step's forward+backward passes."""
+    """Returns (total, bottleneck tau, bottleneck stage: 0 first, 1 middle, 2 last) for one step's
+    forward+backward passes: the slowest stage paces the steady state, the others fill and drain
+    (Narayanan et al. 2021, §2.2; bubble (p - 1) / v of a stage for equal stages)."""
     pp = asf(pp)
     single = pp <= 1
     total_sum = where(single, tau_first, tau_first + tau_last + maximum(pp - 2, 0) * tau_mid)
-    tau_max = where(single, tau_first, maximum(tau_first, tau_last))
+    mid = where(pp > 2, tau_mid, 0.0)
+    tau_max = where(single, tau_first, maximum(maximum(tau_first, tau_last), mid))
     m = asf(num_microbatches)
     v = asf(vpp)
     total = m * tau_max + (total_sum - tau_max) / v
-    return total, tau_max, (~single) & (tau_last > tau_first)
+    which = where(single, 0, where((tau_last >= tau_first) & (tau_last >= mid) & (tau_last > tau_first), 2,
+                                   where(mid > maximum(tau_first, tau_last), 1, 0)))
+    return total, tau_max, which
 
 
 def dp_gradient_sync_time(grad_bytes, weight_bytes, zero, group, stride, cluster, bf16_optimizer=False):

@@ -273,6 +273,8 @@ class Layout:
     offload_params: Offload = Offload.NONE
     recompute: Recompute = Recompute.NONE
     recompute_layers: int = 0          # full recompute: layers per stage recomputed; 0 = all
+    first_stage_layers: int = 0        # uneven pipeline (Megatron-Core): layers on the first stage; 0 = even
+    last_stage_layers: int = 0         # ... and on the last stage; 0 = even
     sequence_parallel: bool = False
     flash_attention: bool = True
     precision: Precision = Precision.BF16
@@ -287,6 +289,8 @@ class Layout:
                 raise SpecError(f"layout: {name} must be a positive integer, got {value!r}")
         if self.zero not in (0, 1, 2, 3):
             raise SpecError(f"layout: zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.first_stage_layers < 0 or self.last_stage_layers < 0:
+            raise SpecError("layout: first_stage_layers / last_stage_layers must be >= 0 (0 = even split)")
         if self.recompute_layers < 0:
             raise SpecError("layout: recompute_layers must be >= 0 (0 = all layers)")
         if not 0.0 < self.density <= 1.0:

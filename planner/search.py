@@ -89,6 +89,9 @@ def columns_to_batch(cols: dict) -> LayoutBatch:
     out["sequence_parallel"] = out["sequence_parallel"].astype(bool)
     out["flash_attention"] = out["flash_attention"].astype(bool)
     out["density"] = np.where(out["sparsity"] == Sparsity.TWO_FOUR.code, 0.5, 1.0)
+    n = len(out["tp"])
+    for name in ("first_stage_layers", "last_stage_layers"):      # the search splits stages evenly
+        out[name] = np.zeros(n, dtype=np.int64)
     return LayoutBatch(out)
 
 

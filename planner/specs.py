@@ -27,7 +27,8 @@ LAYOUT_DEFAULTS = {
 }
 
 _PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "zero_stage", "recompute",
-                  "recompute_layers", "sequence_parallel", "precision", "flash_attention", "seq_len",
+                  "recompute_layers", "first_stage_layers", "last_stage_layers", "sequence_parallel",
+                  "precision", "flash_attention", "seq_len",
                   "seq_length", "offload_optimizer", "offload_params", "sparsity", "density", "grad_comm",
                   "mbs", "gbs", "zero"}
 
@@ -160,6 +161,8 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
             offload_params=Offload.parse(section.get("offload_params") or "none"),
             recompute=Recompute.parse(section.get("recompute") or "none"),
             recompute_layers=_int(section, "recompute_layers", what, 0),
+            first_stage_layers=_int(section, "first_stage_layers", what, 0),
+            last_stage_layers=_int(section, "last_stage_layers", what, 0),
             sequence_parallel=_bool(section, "sequence_parallel", what, False),
             flash_attention=bool(flash),
             precision=Precision.parse(precision),

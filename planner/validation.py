@@ -135,6 +135,9 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
         cluster["nvlink_bandwidth"] = rules["nvlink"]
     parallel = {k: p[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch")}
     parallel["vpp"] = p.get("vpp") or rules["vpp"]
+    for key in ("first_stage_layers", "last_stage_layers"):
+        if p.get(key):
+            parallel[key] = int(p[key])
     parallel["zero_stage"] = p["zero_stage"] if p.get("zero_stage") is not None else rules.get("zero", 1)
     if parallel.get("micro_batch") is None:
         parallel["micro_batch"] = 1
@@ -301,6 +304,10 @@ def record_from_heldout(rec: dict) -> Record | None:
         p["micro_batch"] = rules["mbs"] or max(1, per_rank // int(p.get("pp") or 1))
     if p.get("cp") is None:
         p["cp"] = 1
+    layers, pp = int(rec["model"]["num_layers"]), int(p.get("pp") or 1)
+    if "first and last stages carry one layer fewer" in str(rec.get("notes", "")) and (layers + 2) % pp == 0:
+        # Llama 3 405B (Dubey et al. 2024, §3.3.2): 126 layers on 16 stages, 7 / 8 x 14 / 7.
+        p["first_stage_layers"] = p["last_stage_layers"] = (layers + 2) // pp - 1
     copy = {**rec, "parallel": p, "cluster": {**rec["cluster"], "gpu": gpu}}
     out = record_from_published(copy, rules=rules, source=f"heldout:{prefix}")
     return out

@@ -234,6 +234,31 @@ def check_layout(model, cluster, layout, profile: FrameworkProfile | None = None
                         f"{_fix_hint(rule, ctx, layout, rules)}")
 
 
+def uneven_pipeline_error(model, layout) -> str | None:
+    """Megatron-Core's uneven split (--decoder-first/last-pipeline-num-layers): both counts given, at
+    least one layer per stage, the rest split evenly over the middle stages. None when it holds."""
+    first, last, pp, n = layout.first_stage_layers, layout.last_stage_layers, layout.pp, model.num_layers
+    if not first and not last:
+        return None
+    if not (first and last):
+        return "set both first_stage_layers and last_stage_layers (or neither, for an even split)"
+    if pp < 2:
+        return "first_stage_layers / last_stage_layers need pp >= 2"
+    rest = n - first - last
+    middle = pp - 2
+    if (middle == 0 and rest != 0) or (middle > 0 and (rest < middle or rest % middle)):
+        return (f"first_stage_layers {first} + last_stage_layers {last} must leave the other "
+                f"{n - first - last} of the {n} layers evenly split over the {middle} middle stages")
+    if layout.vpp > 1:
+        return "an uneven split with interleaving (vpp > 1) is not modelled yet; use vpp = 1"
+    return None
+
+
 def structural_errors(case) -> None:
     """Structural rules for a case (any framework): physics and model shape."""
+    from costmodels.errors import SpecError
+
+    problem = uneven_pipeline_error(case.model, case.layout)
+    if problem:
+        raise SpecError(f"layout: {problem}")
     check_layout(case.model, case.cluster, case.layout)

@@ -161,3 +161,22 @@ def test_zeropp_quantisation_kernels_cost_time():
     hbm = cluster.gpu.hbm_bytes_per_s * cluster.gpu.hbm_efficiency
     per_mb = params_per_gpu * (2 * 6.0 + 5.0) / hbm
     assert zpp.time.zero_comm - plain.time.zero_comm == pytest.approx(4 * per_mb, rel=0.05)
+
+
+def test_uneven_pipeline_is_expressible():
+    """Item 6: Megatron-Core's uneven split, e.g. Llama 3.1 405B's 126 layers on 16 stages with one
+    layer fewer on the first and the last (Dubey et al. 2024, §3.3.2): 7 / 8 x 14 / 7."""
+    parallel = {"tp": 8, "pp": 16, "dp": 8, "micro_batch": 1, "global_batch": 512, "zero_stage": 1,
+                "recompute": "full", "sequence_parallel": True, "precision": "bf16",
+                "first_stage_layers": 7, "last_stage_layers": 7}
+    est = planner.estimate(model="llama3.1-405b", cluster={"gpu": "H100-SXM", "num_gpus": 1024},
+                           framework="megatron-core", parallel=parallel).estimate
+    assert est.stage_layers == (7,) + (8,) * 14 + (7,)
+    # The middle stages pace the pipeline: the step equals the even split whose stages all hold 8.
+    even = planner.estimate(model="llama3.1-405b", cluster={"gpu": "H100-SXM", "num_gpus": 1024},
+                            framework="megatron-core",
+                            parallel={**parallel, "first_stage_layers": 0, "last_stage_layers": 0}).estimate
+    assert est.step_time_s <= even.step_time_s * 1.001
+    with pytest.raises(Exception, match="evenly split over the 14 middle stages"):
+        planner.estimate(model="llama3.1-405b", cluster={"gpu": "H100-SXM", "num_gpus": 1024},
+                         framework="megatron-core", parallel={**parallel, "last_stage_layers": 6})
