@@ -158,6 +158,8 @@ def render_report(data: dict, figures: dict) -> str:
             e = r["estimate"]
             lines.append(f"| {r['rank']} | {_layout_text(r['layout'])} | {fmt_seconds(e['step_time_s'])} | "
                          f"{e['tokens_per_s_per_gpu']:,.0f} | {fmt_bytes(e['peak_memory_bytes'])} |")
+    from .ties import report_lines
+    lines += report_lines(data)          # bands, ties within model error, OOM risk (issue 9)
     lines += ["", "## Memory per GPU", "", "| part | GiB |", "|---|---|"]
     for k, label in MEMORY_LABELS.items():
         v = est["memory_breakdown_bytes"].get(k, 0)
