@@ -70,6 +70,8 @@ def render_figures(data: dict, result=None) -> dict[str, bytes]:
     rows = [("best", est)] + [(f"#{r['rank']}", r["estimate"]) for r in data.get("runner_ups", [])]
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.bar([r[0] for r in rows], [r[1]["tokens_per_s_per_gpu"] for r in rows], color="tab:green")
+    from .ties import figure_error_bars
+    figure_error_bars(ax, rows)          # 80% bands (issue 9)
     ax.set_ylabel("tokens/s per GPU")
     ax.set_title("Best layout and runner-ups")
     fig.tight_layout()

@@ -156,9 +156,10 @@ def summary_lines(data: dict, ties: dict, markdown: bool = False) -> list[str]:
     if ties["best_rests_on_thin_constants"]:
         lines.append(f"{bullet}the best's estimate rests on constants fitted on few runs: "
                      + ", ".join(ties["best_rests_on_thin_constants"]))
-    for rank in ties["oom_risk_ranks"]:
-        which = "the best" if rank == 1 else f"#{rank}"
-        lines.append(f"{bullet}OOM RISK: {which}'s upper memory band exceeds the GPU's memory")
+    if ties["oom_risk_ranks"]:
+        which = ", ".join("the best" if rank == 1 else f"#{rank}" for rank in ties["oom_risk_ranks"])
+        lines.append(f"{bullet}OOM RISK: {which}: the upper memory band exceeds the GPU's memory "
+                     "(fits by the point estimate only)")
     return lines
 
 
@@ -217,3 +218,16 @@ def report_lines(data: dict) -> list[str]:
             lines.append(f"| {r['rank']} | {fmt_seconds(e['step_time_s'])} | {fmt_seconds(lo)} - {fmt_seconds(hi)} | "
                          f"{fmt_bytes(mlo)} - {fmt_bytes(mhi)} | {tie} | {'yes' if e.get('oom_risk') else 'no'} |")
     return lines
+
+
+def figure_error_bars(ax, rows) -> None:
+    """80% bands as error bars on the tokens/s-per-GPU bars of layouts.png (rows: (label, estimate dict))."""
+    if not rows or any("step_time_band_s" not in e for _, e in rows):
+        return
+    labels = [label for label, _ in rows]
+    tps = [e["tokens_per_s_per_gpu"] for _, e in rows]
+    down = [t - t * e["step_time_s"] / e["step_time_band_s"][1] for t, (_, e) in zip(tps, rows)]
+    up = [t * e["step_time_s"] / e["step_time_band_s"][0] - t for t, (_, e) in zip(tps, rows)]
+    ax.errorbar(labels, tps, yerr=[down, up], fmt="none", ecolor="black", capsize=3, linewidth=1,
+                label="80% band")
+    ax.legend(fontsize=7)

@@ -168,3 +168,12 @@ def test_component_quantiles_weight_each_source_equally():
     assert t["runs"] == 101 and t["sources"] == 2
     assert t["q10"] == pytest.approx(-0.5) and t["q90"] == pytest.approx(0.5)
     assert bench.weighted_quantile([0.5] * 100 + [-0.5], [1.0] * 101, 0.1) == pytest.approx(0.5)   # unweighted
+
+
+def test_python_api_plan_exposes_bands_and_ties():
+    res = planner.plan("llama2-7b", "H100-SXM", gpus=8, global_batch=256, top_k=3)
+    eb = res.error_bands
+    lo, hi = eb["estimate"]["step_time_band_s"]
+    assert lo < res.best.estimate.step_time_s < hi
+    assert [r["rank"] for r in eb["runner_ups"]] == [p.rank for p in res.runner_ups]
+    assert eb["ties"]["tied_with_best"] == [r["rank"] for r in eb["runner_ups"] if r["tie"]]
