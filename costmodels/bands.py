@@ -150,14 +150,16 @@ def _with_constant(p: dict, value: float, cluster: ClusterSpec, framework: Frame
     return None
 
 
-def thin_constant_offsets(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout,
-                          step_s: float, table: dict | None = None) -> tuple[float, float, tuple[str, ...]]:
-    """Rule 2: vary each thin constant over its LOSO range; (log down, log up, names that mattered)."""
+def thin_constant_name(p: dict) -> str:
+    return f"{p['field']} ({p['runs']} runs, {p['sources']} sources)"
+
+
+def vary_thin_constants(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout,
+                        table: dict | None = None):
+    """For each thin constant that applies to the layout: (entry, step time at its low, at its high)."""
     from .estimate import estimate
 
     data = table if table is not None else load_bands()
-    down = up = 0.0
-    names = []
     for p in data["step_time"].get("thin_constants", []):
         times = []
         for value in (p["low"], p["high"]):
@@ -165,14 +167,23 @@ def thin_constant_offsets(model: ModelSpec, cluster: ClusterSpec, framework: Fra
             if changed is None:
                 break
             times.append(estimate(model, changed[0], changed[1], layout).step_time_s)
-        if len(times) != 2:
-            continue
+        if len(times) == 2:
+            yield p, times[0], times[1]
+
+
+def thin_constant_offsets(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout,
+                          step_s: float, table: dict | None = None) -> tuple[float, float, tuple[str, ...]]:
+    """Rule 2: vary each thin constant over its LOSO range; (log down, log up, names that mattered)."""
+    down = up = 0.0
+    names = []
+    for p, t_low, t_high in vary_thin_constants(model, cluster, framework, layout, table):
+        times = (t_low, t_high)
         lo, hi = math.log(min(times) / step_s), math.log(max(times) / step_s)
         if max(abs(lo), abs(hi)) < 1e-3:
             continue
         down += min(lo, 0.0)
         up += max(hi, 0.0)
-        names.append(f"{p['field']} ({p['runs']} runs, {p['sources']} sources)")
+        names.append(thin_constant_name(p))
     return down, up, tuple(names)
 
 
@@ -208,4 +219,5 @@ def oom_risk(est: Estimate, band: Band) -> bool:
 
 
 __all__ = ["Band", "components", "component_text", "load_bands", "memory_band", "oom_risk",
-           "residual_offsets", "step_time_band", "thin_constant_offsets", "LEVEL"]
+           "residual_offsets", "step_time_band", "thin_constant_name", "thin_constant_offsets",
+           "vary_thin_constants", "LEVEL"]

@@ -93,7 +93,8 @@ def _separating_measurement(best: dict, other: dict) -> str:
     diffs = {k: eo["time_breakdown_s"].get(k, 0.0) / to - eb["time_breakdown_s"].get(k, 0.0) / tb
              for k in TIME_LABELS}
     key = max(diffs, key=lambda k: abs(diffs[k]))
-    thin = sorted(set(eb["error_band"]["thin_constants"]) | set(eo["error_band"]["thin_constants"]))
+    # thin constants behind one band and not the other (those behind both are said once, for the best)
+    thin = sorted(set(eb["error_band"]["thin_constants"]) ^ set(eo["error_band"]["thin_constants"]))
     if abs(diffs[key]) < 0.005 * eb["step_time_s"] / tb:
         text = ("the model predicts the same time: run both for a few iterations and compare the elapsed "
                 "time per iteration and the memory report (max reserved)")
@@ -153,6 +154,8 @@ def summary_lines(data: dict, ties: dict, markdown: bool = False) -> list[str]:
             lines.append(f"{bullet}to separate #1 and #{rank}: {how}")
     else:
         lines.append(f"{bullet}no runner-up ties with the best within model error")
+    for rank, text in ties.get("advantage_from_thin_constants", {}).items():
+        lines.append(f"{bullet}{text}")
     if ties["best_rests_on_thin_constants"]:
         lines.append(f"{bullet}the best's estimate rests on constants fitted on few runs: "
                      + ", ".join(ties["best_rests_on_thin_constants"]))
@@ -161,6 +164,35 @@ def summary_lines(data: dict, ties: dict, markdown: bool = False) -> list[str]:
         lines.append(f"{bullet}OOM RISK: {which}: the upper memory band exceeds the GPU's memory "
                      "(fits by the point estimate only)")
     return lines
+
+
+def advantage_notes(result, cost_fw) -> dict:
+    """{rank: text} for runner-ups that the best beats only while a thin constant stays near its
+    catalog value: varied over its LOSO range (costmodels/bands.py), the order flips."""
+    best = result.best
+    tb = best.estimate.tokens_per_step
+    base_best = best.estimate.step_time_s / tb
+    best_var = {p["field"]: (p, lo / tb, hi / tb) for p, lo, hi in
+                B.vary_thin_constants(result.model, result.cluster, cost_fw, best.layout)}
+    notes = {}
+    for plan in result.runner_ups:
+        to = plan.estimate.tokens_per_step
+        base_other = plan.estimate.step_time_s / to
+        other_var = {p["field"]: (p, lo / to, hi / to) for p, lo, hi in
+                     B.vary_thin_constants(result.model, result.cluster, cost_fw, plan.layout)}
+        for name in sorted(set(best_var) | set(other_var)):
+            p = (best_var.get(name) or other_var[name])[0]
+            b = best_var.get(name, (p, base_best, base_best))
+            o = other_var.get(name, (p, base_other, base_other))
+            for k, value in ((1, p["low"]), (2, p["high"])):
+                if o[k] < b[k] and base_other >= base_best:
+                    notes[str(plan.rank)] = (f"#{plan.rank} would be faster with {p['field']} at {value:.3g} "
+                                             f"(catalog {p['catalog']:.3g}); the best's advantage rests on "
+                                             f"{B.thin_constant_name(p)}")
+                    break
+            if str(plan.rank) in notes:
+                break
+    return notes
 
 
 def plan_hook(result, data: dict) -> dict:
@@ -172,6 +204,7 @@ def plan_hook(result, data: dict) -> dict:
     for entry, p in zip(data.get("runner_ups", []), result.runner_ups):
         entry["estimate"].update(bands_dict(result.model, result.cluster, fw, p.layout, p.estimate))
     data["ties"] = annotate(data, result.settings.objectives[0])
+    data["ties"]["advantage_from_thin_constants"] = advantage_notes(result, fw)
     return data
 
 

@@ -177,3 +177,12 @@ def test_python_api_plan_exposes_bands_and_ties():
     assert lo < res.best.estimate.step_time_s < hi
     assert [r["rank"] for r in eb["runner_ups"]] == [p.rank for p in res.runner_ups]
     assert eb["ties"]["tied_with_best"] == [r["rank"] for r in eb["runner_ups"] if r["tie"]]
+
+
+def test_an_advantage_resting_on_a_thin_constant_says_so():
+    res = planner.plan("llama2-13b", "A100-80GB", gpus=16, global_batch=256, choices={"zero": [1, 3]}, top_k=5)
+    assert res.best.layout.zero == 3
+    ties = res.error_bands["ties"]
+    notes = ties["advantage_from_thin_constants"]
+    assert notes and all("zero3_gather_efficiency (12 runs, 2 sources)" in t for t in notes.values())
+    assert any("zero3_gather_efficiency" in t for t in ties["best_rests_on_thin_constants"])
