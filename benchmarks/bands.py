@@ -15,7 +15,8 @@ without its source; 10th / 90th percentiles over the runs of each component (cos
 each source weighted equally. Memory: log(predicted / measured) of the runs with a measured peak
 (published runs, in-sample: the memory model has no fitted constant; and the held-out runs).
 Coverage: the share of runs whose measured value lies in the band, per source. The headline is
-nested: the band applied to a source's runs is made from the other sources' residuals only.
+nested: the band applied to a source's runs is made from the other sources' residuals only (the
+thin constants' ranges and the memory band stay those of the full file).
 """
 from __future__ import annotations
 
