@@ -78,6 +78,7 @@ def main(argv=None):
         loso, refits = leave_one_source_out(records, args.data)
         report["loso"] = {s: mape(rows) for s, rows in loso.items()}
         report["loso_refits"] = refits
+        report["loso_predictions"] = loso     # {source: [[id, predicted s, measured s]]}: benchmarks/bands.py
         worst = max(((i, p / m - 1.0, s) for s, rows in loso.items() for i, p, m in rows),
                     key=lambda t: abs(t[1]))
         report["loso_worst"] = worst

@@ -5,6 +5,7 @@ Both accept presets, file paths or mappings for the model and the cluster, exact
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from costmodels.estimate import estimate as _estimate
@@ -40,9 +41,30 @@ class EstimateResult:
         price = self.case.cluster.price_per_gpu_hour
         return None if hours is None or not price else hours * price
 
+    @cached_property
+    def bands(self) -> dict:
+        """80% error bands (issue 9): step_time_band_s, peak_memory_band_bytes, oom_risk, error_band."""
+        from .ties import bands_dict
+        c = self.case
+        return bands_dict(c.model, c.cluster, c.framework, c.layout, self.estimate)
+
+    @property
+    def step_time_band_s(self) -> tuple[float, float]:
+        return tuple(self.bands["step_time_band_s"])
+
+    @property
+    def peak_memory_band_bytes(self) -> tuple[float, float]:
+        return tuple(self.bands["peak_memory_band_bytes"])
+
+    @property
+    def oom_risk(self) -> bool:
+        return self.bands["oom_risk"]
+
     def to_dict(self) -> dict:
-        return estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
-                             self.total_tokens, self.defaults)
+        out = estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
+                            self.total_tokens, self.defaults)
+        out.update(self.bands)
+        return out
 
 
 def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,

@@ -46,8 +46,9 @@ def inputs_dict(result) -> dict:
 
 
 def plan_to_dict(result) -> dict:
+    from .ties import plan_hook
     best = result.best
-    return {
+    return plan_hook(result, {
         "layout": layout_dict(best.layout),
         "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
                                   result.cluster.price_per_gpu_hour, result.request.total_tokens),
@@ -60,7 +61,7 @@ def plan_to_dict(result) -> dict:
                    "layouts_fitting": result.fitting, "study": result.study},
         "inputs": inputs_dict(result),
         "candidates": result.candidates,
-    }
+    })
 
 
 def plan_text(result) -> str:
@@ -83,6 +84,8 @@ def plan_text(result) -> str:
             lines.append(f"  {p.rank}. {layout_line(p.layout)}  {fmt_seconds(p.estimate.step_time_s)}  "
                          f"{p.estimate.step_time_s / p.estimate.tokens_per_step / (e.step_time_s / e.tokens_per_step) * 100 - 100:+.1f}%  "
                          f"{fmt_bytes(p.estimate.memory.total)}")
+    from .ties import plan_text_lines
+    lines += plan_text_lines(result)     # bands, ties within model error, OOM risk (issue 9)
     if result.why:
         lines += ["", "why this layout (one knob changed at a time):"]
         lines += [f"  {w}" for w in result.why]

@@ -71,6 +71,8 @@ def render_figures(data: dict, result=None) -> dict[str, bytes]:
     rows = [("best", est)] + [(f"#{r['rank']}", r["estimate"]) for r in data.get("runner_ups", [])]
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.bar([r[0] for r in rows], [r[1]["tokens_per_s_per_gpu"] for r in rows], color="tab:green")
+    from .ties import figure_error_bars
+    figure_error_bars(ax, rows)          # 80% bands (issue 9)
     ax.set_ylabel("tokens/s per GPU")
     ax.set_title("Best layout and runner-ups")
     fig.tight_layout()
@@ -159,6 +161,8 @@ def render_report(data: dict, figures: dict) -> str:
             e = r["estimate"]
             lines.append(f"| {r['rank']} | {_layout_text(r['layout'])} | {fmt_seconds(e['step_time_s'])} | "
                          f"{e['tokens_per_s_per_gpu']:,.0f} | {fmt_bytes(e['peak_memory_bytes'])} |")
+    from .ties import report_lines
+    lines += report_lines(data)          # bands, ties within model error, OOM risk (issue 9)
     lines += ["", "## Memory per GPU", "", "| part | GiB |", "|---|---|"]
     for k, label in MEMORY_LABELS.items():
         v = est["memory_breakdown_bytes"].get(k, 0)

@@ -81,6 +81,13 @@ class PlanResult:
     def runner_ups(self) -> list[Plan]:
         return self.plans[1:]
 
+    @property
+    def error_bands(self) -> dict:
+        """80% bands of the best and the runner-ups, ties within model error, OOM risk (planner/ties.py):
+        {"layout", "estimate", "runner_ups": [{"rank", "tie", "estimate"}], "ties"}."""
+        from .ties import result_data
+        return result_data(self)
+
 
 # ---- helpers -----------------------------------------------------------------------------------
 

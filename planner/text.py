@@ -39,16 +39,27 @@ def layout_line(l: Layout) -> str:
             f"({l.num_microbatches} micro-batches) | " + "  ".join(flags))
 
 
+def _band(bands, key, fmt) -> str:
+    """' (80% band LOW-HIGH)' when `bands` (planner.ties.bands_dict) has `key`."""
+    if not bands or key not in bands:
+        return ""
+    lo, hi = bands[key]
+    return f" (80% band {fmt(lo)} - {fmt(hi)})"
+
+
 def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: float = 0.0,
-                  price: float = 0.0, defaults=()) -> str:
+                  price: float = 0.0, defaults=(), bands: dict | None = None) -> str:
     lines = [title, "  " + layout_line(layout), ""]
-    lines.append(f"  step time        {fmt_seconds(est.step_time_s)}")
+    lines.append(f"  step time        {fmt_seconds(est.step_time_s)}" + _band(bands, "step_time_band_s", fmt_seconds))
     lines.append(f"  tokens/s         {est.tokens_per_s:,.0f} ({est.tokens_per_s_per_gpu:,.0f} per GPU)")
     lines.append(f"  model TFLOP/s    {est.model_flop_per_s_per_gpu / 1e12:.1f} per GPU   "
                  f"MFU {est.mfu * 100:.1f}%   HFU {est.hfu * 100:.1f}%")
     status = "fits" if est.fits else "DOES NOT FIT"
     lines.append(f"  memory per GPU   {fmt_bytes(est.peak_memory_bytes)} of {fmt_bytes(est.hbm_bytes)}  "
-                 f"({status}, headroom {fmt_bytes(est.headroom_bytes)})")
+                 f"({status}, headroom {fmt_bytes(est.headroom_bytes)})"
+                 + _band(bands, "peak_memory_band_bytes", fmt_bytes))
+    if bands and bands.get("oom_risk"):
+        lines.append("  OOM RISK: the upper memory band exceeds the GPU's memory")
     if not est.host_fits:
         lines.append("  offloaded state does not fit in host memory / NVMe")
     if total_tokens:

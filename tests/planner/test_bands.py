@@ -1,0 +1,188 @@
+"""Issue 9: an 80% error band on every estimate, ties within model error, OOM risk."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import planner
+from costmodels import bands as B
+from planner.cli import main
+from planner.report import render_report
+from planner.ties import TIE_LABEL, annotate, report_lines, summary_lines
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "llama2-7b-h100.yaml"
+BAND_FILE = ROOT / "costmodels" / "catalog" / "error_bands.yaml"
+
+
+def _estimate(**parallel):
+    base = dict(tp=1, pp=1, dp=16, micro_batch=1, global_batch=256, zero_stage=1, recompute="full")
+    base.update(parallel)
+    return planner.estimate(model="llama2-13b", cluster={"gpu": "A100-80GB", "num_gpus": 16, "gpus_per_node": 8},
+                            parallel=base)
+
+
+def test_estimate_json_carries_both_bands_around_the_estimate():
+    r = CliRunner().invoke(main, ["estimate", str(EXAMPLE), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    lo, hi = d["step_time_band_s"]
+    assert lo < d["step_time_s"] < hi
+    mlo, mhi = d["peak_memory_band_bytes"]
+    assert mlo < d["peak_memory_bytes"] < mhi
+    # memory: few measured runs, so at least 10% either side
+    assert mlo <= 0.9 * d["peak_memory_bytes"] + 1 and mhi >= 1.1 * d["peak_memory_bytes"] - 1
+    assert d["oom_risk"] is False
+    assert d["error_band"]["level"] == 0.8 and "all" in d["error_band"]["components"]
+
+
+def test_estimate_text_shows_the_band_on_the_step_time_line():
+    r = CliRunner().invoke(main, ["estimate", str(EXAMPLE)])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("step time"))
+    assert "(80% band " in line
+    assert "80% band" in next(x for x in r.stdout.splitlines() if "memory per GPU" in x and "of" in x)
+
+
+def test_python_api_exposes_the_bands():
+    res = planner.estimate(EXAMPLE)
+    lo, hi = res.step_time_band_s
+    assert lo < res.estimate.step_time_s < hi
+    mlo, mhi = res.peak_memory_band_bytes
+    assert mlo < res.estimate.peak_memory_bytes < mhi
+    assert res.to_dict()["step_time_band_s"] == [lo, hi]
+
+
+def _rel_width(res):
+    lo, hi = res.step_time_band_s
+    return math.log(hi / lo)
+
+
+def test_zero3_under_megatron_deepspeed_has_a_wider_band_than_zero1():
+    z1, z3 = _estimate(zero_stage=1), _estimate(zero_stage=3)
+    assert _rel_width(z3) > _rel_width(z1) * 1.2
+    # the gather efficiency rests on 12 runs from 2 sources: the band says so
+    assert any("zero3_gather_efficiency" in t for t in z3.bands["error_band"]["thin_constants"])
+    assert not any("zero3" in t for t in z1.bands["error_band"]["thin_constants"])
+    assert "zero3:megatron-deepspeed" in z3.bands["error_band"]["components"]
+
+
+def test_band_file_has_a_provenance_header():
+    text = BAND_FILE.read_text()
+    head = [line for line in text.splitlines() if line.startswith("#")]
+    assert any("WRITTEN BY: python benchmarks/bands.py" in line for line in head)
+    assert any(line.startswith("# commit:") and "date:" in line for line in head)
+    assert any("runs from" in line and "sources" in line for line in head)
+    data = yaml.safe_load(text)
+    prov = data["provenance"]
+    assert prov["step_time_runs"] > 1000 and len(prov["step_time_sources"]) >= 10 and prov["memory_runs"] > 10
+    comps = data["step_time"]["components"]
+    assert comps["all"]["q10"] < 0 < comps["all"]["q90"]
+    z3 = next(p for p in data["step_time"]["thin_constants"] if p["field"] == "zero3_gather_efficiency")
+    assert z3["low"] < z3["catalog"] <= z3["high"] and z3["sources"] == 2
+
+
+def _entry(rank, step, lo, hi, mem=50e9, hbm=80e9, zero=1, pp=1, thin=()):
+    est = {"step_time_s": step, "step_time_band_s": [lo, hi], "tokens_per_step": 1e6,
+           "peak_memory_bytes": mem, "peak_memory_band_bytes": [0.9 * mem, 1.1 * mem], "hbm_bytes": hbm,
+           "oom_risk": 1.1 * mem > hbm, "time_breakdown_s": {"compute": step * 0.8, "pp_comm": step * 0.2 * (pp > 1),
+                                                               "overhead": step * 0.2 * (pp == 1)},
+           "error_band": {"thin_constants": list(thin)}}
+    layout = {"tp": 1, "pp": pp, "dp": 8, "cp": 1, "zero_stage": zero, "offload_optimizer": "none",
+              "offload_params": "none"}
+    return {"rank": rank, "layout": layout, "estimate": est}
+
+
+def test_ties_are_labelled_on_a_crafted_plan():
+    best = _entry(1, 10.0, 9.0, 11.0, zero=3, thin=("zero3_gather_efficiency (12 runs, 2 sources)",))
+    data = {"layout": best["layout"], "estimate": best["estimate"],
+            "runner_ups": [_entry(2, 10.5, 9.5, 12.0, zero=1),           # overlaps: a tie
+                           _entry(3, 14.0, 12.0, 16.0, pp=2)]}            # clear of the best's band
+    ties = annotate(data)
+    assert [r["tie"] for r in data["runner_ups"]] == [True, False]
+    assert ties["tied_with_best"] == [2]
+    # the rule prefers the tie that rests on no thin constant and a lower ZeRO stage; rank 1 stays the pick
+    assert ties["preferred_rank"] == 2
+    assert ties["best_rests_on_thin_constants"]
+    assert "2" in ties["separate_by"] and "3" not in ties["separate_by"]
+    text = "\n".join(summary_lines(data, ties))
+    assert f"#2: {TIE_LABEL}" in text and "#3" not in text.split("prefers")[0]
+    data["ties"] = ties
+    md = "\n".join(report_lines(data))
+    assert "## Model error" in md and TIE_LABEL in md and "| 3 |" in md
+
+
+def test_oom_risk_is_flagged():
+    best = _entry(1, 10.0, 9.0, 11.0, mem=76e9, hbm=80e9)      # fits, but 76 GB + 10% > 80 GB
+    data = {"layout": best["layout"], "estimate": best["estimate"], "runner_ups": []}
+    ties = annotate(data)
+    assert ties["oom_risk_ranks"] == [1]
+    assert any("OOM RISK" in line for line in summary_lines(data, ties))
+    # a real layout that fits by the point estimate but not by its upper memory band
+    res = planner.estimate(model="llama2-7b", cluster={"gpu": "H100-SXM", "num_gpus": 16, "gpus_per_node": 8},
+                           parallel=dict(tp=1, pp=1, dp=16, micro_batch=2, global_batch=512, zero_stage=1))
+    assert res.estimate.fits and res.oom_risk
+    assert res.peak_memory_band_bytes[1] > res.estimate.hbm_bytes
+    r = CliRunner().invoke(main, ["estimate", str(EXAMPLE)])
+    assert "OOM RISK" not in r.stdout
+
+
+def test_plan_outputs_carry_bands_ties_and_oom_risk(tmp_path):
+    out = tmp_path / "job"
+    r = CliRunner().invoke(main, ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "16",
+                                  "--global-batch", "512", "--quiet", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "model error (80% bands" in r.stdout and TIE_LABEL in r.stdout and "OOM RISK" in r.stdout
+    plan = json.loads((out / "plan.json").read_text())
+    lo, hi = plan["estimate"]["step_time_band_s"]
+    assert lo < plan["estimate"]["step_time_s"] < hi
+    assert all(isinstance(x["tie"], bool) and "oom_risk" in x["estimate"] for x in plan["runner_ups"])
+    assert plan["ties"]["tied_with_best"] == [x["rank"] for x in plan["runner_ups"] if x["tie"]]
+    # ZeRO-1 at dp 16 holds 77 GiB of 80: the upper band does not fit
+    assert plan["ties"]["oom_risk_ranks"]
+    report = (out / "report.md").read_text()
+    assert "## Model error" in report and "80% band" in report
+    # `planner explain` re-renders the same section from plan.json alone
+    assert "## Model error" in render_report(plan, figures={})
+
+
+def test_band_floor_and_overlap():
+    b = B.Band(10.0, 9.0, 11.0)
+    assert b.overlaps(B.Band(12.0, 10.5, 13.0)) and not b.overlaps(B.Band(14.0, 12.0, 16.0))
+    res = _estimate()
+    lo, hi = res.step_time_band_s
+    assert lo <= 0.95 * res.estimate.step_time_s and hi >= 1.05 * res.estimate.step_time_s
+
+
+def test_component_quantiles_weight_each_source_equally():
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    pytest.importorskip("scipy")
+    import bands as bench
+    # 100 runs of source a at +0.5, 1 run of b at -0.5: weighted by source, b sets the 10th percentile
+    rows = [{"source": "a", "r": 0.5, "components": ["all"]}] * 100 + [{"source": "b", "r": -0.5, "components": ["all"]}]
+    t = bench.component_table(rows)["all"]
+    assert t["runs"] == 101 and t["sources"] == 2
+    assert t["q10"] == pytest.approx(-0.5) and t["q90"] == pytest.approx(0.5)
+    assert bench.weighted_quantile([0.5] * 100 + [-0.5], [1.0] * 101, 0.1) == pytest.approx(0.5)   # unweighted
+
+
+def test_python_api_plan_exposes_bands_and_ties():
+    res = planner.plan("llama2-7b", "H100-SXM", gpus=8, global_batch=256, top_k=3)
+    eb = res.error_bands
+    lo, hi = eb["estimate"]["step_time_band_s"]
+    assert lo < res.best.estimate.step_time_s < hi
+    assert [r["rank"] for r in eb["runner_ups"]] == [p.rank for p in res.runner_ups]
+    assert eb["ties"]["tied_with_best"] == [r["rank"] for r in eb["runner_ups"] if r["tie"]]
+
+
+def test_an_advantage_resting_on_a_thin_constant_says_so():
+    res = planner.plan("llama2-13b", "A100-80GB", gpus=16, global_batch=256, choices={"zero": [1, 3]}, top_k=5)
+    assert res.best.layout.zero == 3
+    ties = res.error_bands["ties"]
+    notes = ties["advantage_from_thin_constants"]
+    assert notes and all("zero3_gather_efficiency (12 runs, 2 sources)" in t for t in notes.values())
+    assert any("zero3_gather_efficiency" in t for t in ties["best_rests_on_thin_constants"])
