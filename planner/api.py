@@ -109,6 +109,8 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
     tokens = total_tokens if total_tokens is not None else case_obj.training.total_tokens
+    from costmodels.units import parse_number
+    tokens = parse_number(tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
     return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults)
 
 
@@ -125,6 +127,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     `gpus_per_node`). `choices` pins or restricts knobs: {"tp": [4, 8], "precision": ["bf16"]}.
     """
     from costmodels.errors import SpecError
+    from costmodels.units import parse_number
     from search_spaces.frameworks import load_profile
     from search_spaces.space import SearchRequest
 
@@ -147,6 +150,9 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     seqs = tuple(int(s) for s in (seq_lens or (m.max_seq_len,)))
     if any(s <= 0 for s in seqs):
         raise SpecError("sequence lengths must be positive")
+    total_tokens = parse_number(total_tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
+    top_k = parse_number(top_k, what="top (plans to report)", low=1, high=1000, integer=True)
+    trials = parse_number(trials, what="trials (the Optuna study's target)", low=1, high=10**7, integer=True)
     request = SearchRequest(num_gpus=c.num_gpus, global_batch=global_batch,
                             global_batch_tokens=global_batch_tokens, seq_lens=seqs,
                             choices=dict(choices or {}), total_tokens=float(total_tokens or 0.0))
