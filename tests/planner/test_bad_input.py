@@ -54,6 +54,7 @@ CASES = {
     "plan.json": '{"layout": {}}',
 }
 
+VALIDATION_DIRS = {"val_yaml": "[unclosed\n", "val_record": "- {foo: 1}\n", "val_scalar": "42\n"}
 PLAN_JSON = '{"layout": {}, "estimate": {}, "inputs": {}, "search": {}}'
 PLAN_ARGS = ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64"]
 
@@ -163,6 +164,9 @@ def inputs(tmp_path):
     (tmp_path / "existing" / "keep.txt").write_text("mine")
     (tmp_path / "existing" / "m.yaml").write_text(CASES["m.yaml"])
     (tmp_path / "existing" / "plan.json").write_text(PLAN_JSON)
+    for name, text in VALIDATION_DIRS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "published_dev.yaml").write_text(text)
     return tmp_path
 
 
@@ -229,6 +233,9 @@ HOSTILE_TABLE = [
     ("--mbs 10^30", PLAN_ARGS + ["--mbs", "1" + "0" * 30], "beyond any real layout"),
     ("--top -1", PLAN_ARGS + ["--top", "-1"], "top (plans to report): -1 is out of range"),
     ("--objective time,time", PLAN_ARGS + ["--objective", "time,time"], "names time twice"),
+    ("validate: broken YAML", ["validate", "--data", "{d}/val_yaml", "--no-vtrain"], "is not valid YAML at line"),
+    ("validate: malformed run", ["validate", "--data", "{d}/val_record", "--no-vtrain"], "run 1 is malformed"),
+    ("validate: not a list", ["validate", "--data", "{d}/val_scalar", "--no-vtrain"], "must hold a list of runs"),
     # usage errors: one line too (issue 11 item 10)
     ("--gpus not a number", PLAN_ARGS + ["--gpus", "x"], "Invalid value for '--gpus'"),
     ("unknown option", PLAN_ARGS + ["--bogus"], "No such option '--bogus'"),
