@@ -237,7 +237,7 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
 
     from search_spaces.optuna_space import broken_rules, params_to_values, seed_params, suggest_layout
 
-    from .study import open_study, public_storage, record_heartbeat
+    from .study import count_taken, open_study, public_storage, record_heartbeat
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     ctx = Ctx(space.model, space.cluster, space.request.num_gpus)
@@ -254,7 +254,6 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
                                    settings.objectives, study_fingerprint(space, profile, settings),
                                    [seed_params(v, space) for v in seeds])
     complete = optuna.trial.TrialState.COMPLETE
-    running = optuna.trial.TrialState.RUNNING
     done_before = len(study.get_trials(deepcopy=False, states=(complete,)))
     batch_size = 32
     penalty = 1e30
@@ -262,19 +261,20 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
     failed = worked = 0              # estimated trials whose objective was not finite / was
     worker = f"{socket.gethostname()}:{os.getpid()}"     # which worker ran a trial (shared studies)
     # `trials` is the study's target: several workers sharing one storage count the trials complete
-    # or in flight (theirs and the others') before asking, so together they stop at the target (plus
-    # at most the trials in flight when they looked).
+    # or in flight (theirs and the others') in the database before each batch, and near the target
+    # (within four batches) before each trial, so together they stop at the target plus at most one
+    # trial per other worker (asked between its count and ours); up to four workers far from it
+    # cannot overshoot with their batches.
     while True:
-        taken = study.get_trials(deepcopy=False, states=(complete, running))
-        done = sum(1 for t in taken if t.state == complete)
-        remaining = settings.trials - len(taken)
+        done = len(study.get_trials(deepcopy=False, states=(complete,)))
+        remaining = settings.trials - count_taken(study, storage)
         if remaining <= 0:
             break
-        # A quarter of what remains (at most a batch): up to four workers that look at the same moment
-        # overshoot the target by at most one trial each.
-        n = min(batch_size, -(-remaining // 4))
         trials = []
-        for _ in range(n):
+        for k in range(min(batch_size, remaining)):
+            if k and storage is not None and remaining <= 4 * batch_size \
+                    and count_taken(study, storage) >= settings.trials:
+                break
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")      # "Heartbeat ... supposed to be used with Study.optimize"
                 t = study.ask()
@@ -285,6 +285,7 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
                 reseeded = True
                 study.sampler = _make_sampler(optuna, settings, worker_seed(settings.seed, t.number))
             trials.append(t)
+        n = len(trials)
         rows = [suggest_layout(t, space) for t in trials]
         broken = broken_rules(rows, ctx, rules)
         ok = np.flatnonzero(broken == 0)

@@ -69,6 +69,17 @@ def _serialise_sqlite(engine) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record):
         dbapi_connection.isolation_level = None
+        # Write-ahead log without an fsync per commit: every transaction is now explicit (reads too),
+        # and with the default rollback journal each commit cost ~10 ms. A crash may lose the last
+        # trials, never corrupt the file. (Where WAL is unavailable the journal mode stays as it is.)
+        cur = dbapi_connection.cursor()
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        except Exception:   # noqa: BLE001 - e.g. a read-only file: keep SQLite's defaults
+            pass
+        finally:
+            cur.close()
 
     @event.listens_for(engine, "begin")
     def _begin(connection):
@@ -166,6 +177,24 @@ def _fail_stale(optuna, study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")        # fail_stale_trials is marked experimental
         optuna.storages.fail_stale_trials(study)
+
+
+def count_taken(study, storage) -> int:
+    """Trials of the study complete or running, counted in the database (one small query, so a
+    worker can look before every trial it asks for); other storages count the trials they hold."""
+    states = ("COMPLETE", "RUNNING")
+    if storage is not None:
+        try:
+            from sqlalchemy import text
+
+            with storage.engine.connect() as con:
+                return int(con.execute(text("SELECT COUNT(*) FROM trials WHERE study_id = :s AND state IN "
+                                            "('COMPLETE', 'RUNNING')"), {"s": study._study_id}).scalar())
+        except Exception:   # noqa: BLE001 - another Optuna schema: count through the API
+            pass
+    import optuna
+
+    return len(study.get_trials(deepcopy=False, states=tuple(optuna.trial.TrialState[x] for x in states)))
 
 
 def record_heartbeat(storage, trial) -> None:
