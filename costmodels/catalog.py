@@ -345,6 +345,8 @@ _CLUSTER_KEYS = {"gpu", "num_gpus", "gpus_per_node", "nvlink_domain", "nvlink_ba
 _HF_INT_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
                 "num_key_value_heads", "vocab_size", "max_position_embeddings", "n_embd", "n_layer", "n_head",
                 "n_positions", "n_inner", "d_model", "num_layers", "seq_length")
+_HF_FLOAT_KEYS = ("rope_theta", "rotary_emb_base", "resid_pdrop", "hidden_dropout", "attn_pdrop",
+                  "attention_dropout")
 # Mixture-of-Experts keys (Mixtral, Qwen-MoE, DeepSeek, DBRX, Switch): not modelled yet.
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok",
              "ffn_config")
@@ -369,6 +371,16 @@ def _check_hf(d: dict) -> None:
         value = d.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise SpecError(f"config.json: {key} must be a whole number, got {value!r}")
+    for key in _HF_FLOAT_KEYS:
+        value = d.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise SpecError(f"config.json: {key} must be a number, got {value!r}")
+    for key in ("tie_word_embeddings", "attention_bias"):
+        if d.get(key) is not None and not isinstance(d[key], bool):
+            raise SpecError(f"config.json: {key} must be true or false, got {d[key]!r}")
+    for key in ("hidden_act", "activation_function"):
+        if d.get(key) is not None and not isinstance(d[key], str):
+            raise SpecError(f"config.json: {key} must be a string such as \"silu\", got {d[key]!r}")
 
 
 def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:

@@ -322,6 +322,8 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
                             "quantities")
         if settings.progress:
             settings.progress(min(done + n, settings.trials), settings.trials, _best_value(study, two))
+    if storage is not None:
+        _wait_for_others(optuna, study)
     if settings.progress:
         done = len(study.get_trials(deepcopy=False, states=(complete,)))
         settings.progress(done, max(done, settings.trials), _best_value(study, two))
@@ -337,6 +339,18 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
             collector.add(cols, batch)
     return {"name": name, "storage": public_storage(storage_url), "trials": len(study.trials),
             "completed": len(others), "resumed_from": done_before}
+
+
+def _wait_for_others(optuna, study) -> None:
+    """The target is reached counting trials in flight: wait until the other workers have told theirs
+    (a worker that found the target reached must not report from a half-told study), at most as long
+    as a trial may run before it counts as stale."""
+    from .study import stale_after
+
+    running = optuna.trial.TrialState.RUNNING
+    deadline = time.monotonic() + stale_after()
+    while study.get_trials(deepcopy=False, states=(running,)) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _best_value(study, two):

@@ -25,8 +25,8 @@ from costmodels.errors import SpecError
 FINGERPRINT_ATTR = "planner_fingerprint"
 OBJECTIVES_ATTR = "planner_objectives"
 HEARTBEAT_S = 60
-# A RUNNING trial whose worker has not been heard of for this long is failed (env: tests).
-STALE_AFTER_S = 600
+# A RUNNING trial whose worker has not been heard of for this long is failed (PLANNER_STALE_TRIAL_S overrides).
+STALE_AFTER_S = 120           # a trial lives from ask to tell: one batch, well under a second of work
 
 
 def public_storage(url: str | None) -> str:
@@ -55,7 +55,7 @@ def public_storage(url: str | None) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
-def _stale_after() -> float:
+def stale_after() -> float:
     try:
         return max(1.0, float(os.environ.get("PLANNER_STALE_TRIAL_S", STALE_AFTER_S)))
     except ValueError:
@@ -99,14 +99,15 @@ def make_storage(optuna, url: str | None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")        # heartbeat_interval is marked experimental
                 storage = optuna.storages.RDBStorage(str(url), engine_kwargs=kwargs,
-                                                     heartbeat_interval=HEARTBEAT_S, grace_period=_stale_after())
+                                                     heartbeat_interval=HEARTBEAT_S, grace_period=stale_after())
             break
         except ImportError:
             raise
         except Exception as exc:   # noqa: BLE001 - workers starting together race to create the tables
             text = str(exc)
-            if attempt == 9 or not ("already exists" in text or "locked" in text or "UniqueViolation" in text
-                                    or "duplicate key" in text):
+            racing = ("already exists", "locked", "UniqueViolation", "UNIQUE constraint", "duplicate key",
+                      "IntegrityError")
+            if attempt == 9 or not any(r in text or r in exc.__class__.__name__ for r in racing):
                 raise
             time.sleep(0.1 * (attempt + 1))
     if is_sqlite:

@@ -133,6 +133,7 @@ def test_three_workers_share_one_postgres_study():
     check_shared_study(PG, name, 3, 90)
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_stale_running_trials_are_failed_on_resume(tmp_path):
     """A worker killed with kill -9 leaves its trials RUNNING; once their heartbeat is older than the
     grace period the next worker fails them, and the study reaches its target in complete trials."""
