@@ -43,6 +43,18 @@ def test_shell_word_round_trips_through_bash(values):
     assert [shlex.split(shell_word(v)) for v in values] == [[v] for v in values]
 
 
+@given(st.lists(st.one_of(TEXT, TEXT.map(lambda t: "--" + t)), min_size=1, max_size=8))
+@settings(max_examples=60, deadline=None)
+def test_any_argument_list_survives_the_args_block(argv):
+    """Whatever pretrain_gpt.py arguments a future emitter produces, bash reads back exactly them."""
+    from planner.emit.writer import args_block
+
+    script = f"ARGS=(\n{args_block(argv)}\n)\nprintf '%s\\0' \"${{ARGS[@]}}\"\n"
+    assert bash_syntax_ok(script.encode())
+    r = subprocess.run(["bash", "-c", script], capture_output=True)
+    assert r.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1] == argv
+
+
 @given(TEXT)
 @settings(max_examples=40, deadline=None)
 def test_exported_values_round_trip(value):
