@@ -340,8 +340,8 @@ def _tamper(data, path, value):
 
 DELETE = object()
 TAMPERED = [
-    ("tp 3", "layout.tp", 3, "error"),
-    ("ZeRO-7", "layout.zero_stage", 7, "zero"),
+    ("tp 3", "layout.tp", 3, "tp*pp*dp*cp = 24 GPUs but the cluster has 8"),
+    ("ZeRO-7", "layout.zero_stage", 7, "zero stage must be 0, 1, 2 or 3, got 7"),
     ("fp4", "layout.precision", "fp4", "unknown precision 'fp4'"),
     ("tp a word", "layout.tp", "abc", "whole number"),
     ("no model", "inputs.model", DELETE, "damaged: missing field 'model'"),
