@@ -4,8 +4,11 @@ at load (units.parse_quantity). Users may pass their own YAML path wherever a pr
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
+import json
 import os
+import stat
 from importlib import resources
 from pathlib import Path
 
@@ -13,7 +16,7 @@ import yaml
 
 from .errors import SpecError, UnknownPresetError
 from .types import GPU, ClusterSpec, Framework, ModelSpec
-from .units import parse_quantity
+from .units import parse_number, parse_quantity
 
 _KINDS = {"gpu": "gpus", "model": "models", "framework": "frameworks"}
 
@@ -54,29 +57,97 @@ def canonical_name(kind: str, ref: str) -> str | None:
     return _aliases(kind).get(str(ref).strip().lower())
 
 
-def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
-    """Load a user's YAML/JSON file into a dict, with one-line errors for every way it can fail."""
+MAX_INPUT_BYTES = 4 * 2**20     # a model, cluster, case or plan file is a few KiB; refuse 4 MiB and more
+MAX_NESTING = 64                # YAML / JSON nesting depth (deeper input would exhaust the recursion limit)
+MAX_NODES = 200_000             # YAML nodes after expanding aliases (a "billion laughs" file has 10^9)
+
+
+def read_text_file(path: str | os.PathLike, what: str) -> str:
+    """A user's input file as text: a regular file (not a FIFO or device), at most MAX_INPUT_BYTES, UTF-8."""
     p = Path(path)
-    if p.is_dir():
-        raise SpecError(f"{what} '{path}' is a directory; give a YAML file")
-    if not p.exists():
-        raise SpecError(f"{what} file '{path}' does not exist")
     try:
-        text = p.read_text(encoding="utf-8")
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise SpecError(f"{what} file '{path}' does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"cannot read {what} file '{path}': {getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise SpecError(f"{what} '{path}' is a directory; give a YAML file")
+    if not stat.S_ISREG(st.st_mode):
+        raise SpecError(f"{what} '{path}' is not a regular file (a device, FIFO or socket); give a file")
+    if st.st_size > MAX_INPUT_BYTES:
+        raise SpecError(f"{what} file '{path}' is {st.st_size / 2**20:.1f} MiB; input files are limited to "
+                        f"{MAX_INPUT_BYTES // 2**20} MiB")
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_INPUT_BYTES + 1)
+        if len(raw) > MAX_INPUT_BYTES:
+            raise SpecError(f"{what} file '{path}' is larger than {MAX_INPUT_BYTES // 2**20} MiB")
+        return raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read {what} file '{path}': {exc.__class__.__name__}") from None
+
+
+def _check_yaml_shape(text: str, what: str, path) -> None:
+    """Refuse YAML nested deeper than MAX_NESTING or with more than MAX_NODES nodes once aliases are
+    expanded, before building it (both cost time and memory out of proportion to the file)."""
+    sizes: dict[str, int] = {}
+    stack: list[list] = [[0, None]]
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            stack.append([1, ev.anchor])
+            if len(stack) > MAX_NESTING + 1:
+                raise SpecError(f"{what} file '{path}' is nested more than {MAX_NESTING} levels deep")
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            size, anchor = stack.pop()
+            if anchor:
+                sizes[anchor] = size
+            stack[-1][0] += size
+        elif isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent)):
+            size = sizes.get(ev.anchor, 1) if isinstance(ev, yaml.AliasEvent) else 1
+            if isinstance(ev, yaml.ScalarEvent) and ev.anchor:
+                sizes[ev.anchor] = 1
+            stack[-1][0] += size
+        else:
+            continue
+        if stack[-1][0] > MAX_NODES or sum(level[0] for level in stack) > MAX_NODES:
+            raise SpecError(f"{what} file '{path}' expands to more than {MAX_NODES:,} values (aliases); "
+                            "refusing it")
+
+
+def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
+    """Load a user's YAML/JSON file into a dict, with one-line errors for every way it can fail."""
+    text = read_text_file(path, what)
     try:
+        _check_yaml_shape(text, what, path)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise SpecError(f"{what} file '{path}' is not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise SpecError(f"{what} file '{path}' is nested too deeply") from None
     if data is None:
         raise SpecError(f"{what} file '{path}' is empty")
     if not isinstance(data, dict):
         raise SpecError(f"{what} file '{path}' must hold a mapping of keys, not {type(data).__name__}")
     return data
+
+
+def read_json_file(path: str | os.PathLike, what: str):
+    """A user's JSON file (config.json, plan.json): strict JSON (no NaN / Infinity), bounded nesting."""
+    text = read_text_file(path, what)
+
+    def constant(name):
+        raise SpecError(f"{what} file '{path}' holds {name}, which is not a number JSON allows")
+
+    try:
+        return json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{what} file '{path}' is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise SpecError(f"{what} file '{path}' is nested too deeply") from None
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -110,37 +181,65 @@ def _require(data: dict, key: str, what: str):
 
 
 def gpu_from_dict(d: dict) -> GPU:
+    if not isinstance(d, dict):
+        raise SpecError(f"GPU: expected a mapping of GPU fields, got {type(d).__name__}")
     what = f"GPU {d.get('name', '?')}"
     peak_raw = _require(d, "peak", what)
-    if not isinstance(peak_raw, dict):
-        raise SpecError(f"{what}: 'peak' must map precision to FLOP/s")
-    peak = {k: parse_quantity(v, what=f"{what} peak.{k}") for k, v in peak_raw.items()}
+    if not isinstance(peak_raw, dict) or not peak_raw:
+        raise SpecError(f"{what}: 'peak' must map precisions (bf16, fp16, ...) to FLOP/s, e.g. bf16: 989 TFLOP/s")
+    peak = {str(k): parse_quantity(v, what=f"{what} peak.{k}", dim="FLOP/s") for k, v in peak_raw.items()}
+    if not any(peak.get(k, 0) > 0 for k in ("fp32", "tf32", "fp16", "bf16")):
+        raise SpecError(f"{what}: peak needs a positive fp32, fp16 or bf16 rate (e.g. bf16: 989 TFLOP/s), "
+                        f"got {peak_raw!r}")
     system = d.get("system", {}) or {}
     fitted = d.get("fitted", {}) or {}
-    q = lambda v, k: parse_quantity(v, what=f"{what} {k}")  # noqa: E731
-    try:
-        return GPU(
-            name=str(_require(d, "name", what)),
-            hbm_bytes=q(_require(d, "hbm", what), "hbm"),
-            hbm_bytes_per_s=q(_require(d, "hbm_bandwidth", what), "hbm_bandwidth"),
-            peak_flop_per_s=peak,
-            sparse_2to4=bool(d.get("sparse_2to4", False)),
-            nvlink_bytes_per_s=q(system.get("nvlink_bandwidth", "0 GB/s"), "nvlink_bandwidth"),
-            nvlink_domain=int(system.get("nvlink_domain", 1)),
-            network_bytes_per_s=q(system.get("network_bandwidth", "100 Gb/s"), "network_bandwidth"),
-            pcie_bytes_per_s=q(system.get("pcie_bandwidth", "16 GB/s"), "pcie_bandwidth"),
-            gemm_efficiency=float(fitted.get("gemm_efficiency", 0.7)),
-            attention_efficiency=float(fitted.get("attention_efficiency", 0.5)),
-            hbm_efficiency=float(fitted.get("hbm_efficiency", 0.8)),
-            kernel_overhead_s=q(fitted.get("kernel_overhead", "5 us"), "kernel_overhead"),
-            fp8_gemm_speedup=float(fitted.get("fp8_gemm_speedup", 1.0)),
-            sparse_gemm_speedup=float(fitted.get("sparse_gemm_speedup", 1.0)),
-            num_sms=int(_require(d, "num_sms", what)),
-            gemm_tile_intensity=float(_require(d, "gemm_tile_intensity", what)),
-            source=str(d.get("source", "")),
-        )
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{what}: {exc}") from None
+    if not isinstance(system, dict) or not isinstance(fitted, dict):
+        raise SpecError(f"{what}: 'system' and 'fitted' must be mappings")
+    q = lambda v, k, dim, positive=True: parse_quantity(v, what=f"{what} {k}", dim=dim, positive=positive)  # noqa: E731
+    frac = lambda k, default: parse_number(fitted.get(k, default), what=f"{what} fitted.{k}", low=0.0,  # noqa: E731
+                                           high=1.0, low_open=True)
+    speedup = lambda k: parse_number(fitted.get(k, 1.0), what=f"{what} fitted.{k}", low=1.0, high=16.0)  # noqa: E731
+    return GPU(
+        name=_name(_require(d, "name", what), "GPU name"),
+        hbm_bytes=q(_require(d, "hbm", what), "hbm", "bytes"),
+        hbm_bytes_per_s=q(_require(d, "hbm_bandwidth", what), "hbm_bandwidth", "bytes/s"),
+        peak_flop_per_s=peak,
+        sparse_2to4=_flag(d.get("sparse_2to4", False), f"{what} sparse_2to4"),
+        nvlink_bytes_per_s=q(system.get("nvlink_bandwidth", "0 GB/s"), "nvlink_bandwidth", "bytes/s", False),
+        nvlink_domain=int(parse_number(system.get("nvlink_domain", 1), what=f"{what} nvlink_domain", low=1,
+                                       high=1_000_000, integer=True)),
+        network_bytes_per_s=q(system.get("network_bandwidth", "100 Gb/s"), "network_bandwidth", "bytes/s"),
+        pcie_bytes_per_s=q(system.get("pcie_bandwidth", "16 GB/s"), "pcie_bandwidth", "bytes/s"),
+        gemm_efficiency=frac("gemm_efficiency", 0.7),
+        attention_efficiency=frac("attention_efficiency", 0.5),
+        hbm_efficiency=frac("hbm_efficiency", 0.8),
+        kernel_overhead_s=q(fitted.get("kernel_overhead", "5 us"), "kernel_overhead", "s", False),
+        fp8_gemm_speedup=speedup("fp8_gemm_speedup"),
+        sparse_gemm_speedup=speedup("sparse_gemm_speedup"),
+        num_sms=int(parse_number(_require(d, "num_sms", what), what=f"{what} num_sms", low=1, high=100_000,
+                                 integer=True)),
+        gemm_tile_intensity=parse_number(_require(d, "gemm_tile_intensity", what),
+                                         what=f"{what} gemm_tile_intensity", low=0.0, low_open=True, high=1e6),
+        source=str(d.get("source", "")),
+    )
+
+
+def _name(value, what: str) -> str:
+    """A name shown in reports and written into comments of launch.sh: a short one-line string."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise SpecError(f"{what}: expected a string, got {value!r}")
+    text = str(value)
+    if "\0" in text:
+        raise SpecError(f"{what} {text!r} contains a NUL character")
+    if not text.strip() or len(text) > 200:
+        raise SpecError(f"{what}: expected a non-empty name of at most 200 characters, got {text[:40]!r}")
+    return text
+
+
+def _flag(value, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{what}: expected true or false, got {value!r}")
+    return value
 
 
 def load_gpu(ref) -> GPU:
@@ -155,6 +254,9 @@ def gpu_system_defaults(ref) -> dict:
 
 def cluster_from_dict(d: dict) -> ClusterSpec:
     """Cluster YAML: `gpu` (catalog name or mapping) plus overrides of its typical system."""
+    if not isinstance(d, dict):
+        raise SpecError(f"cluster: expected a GPU name, a file or a mapping, got {type(d).__name__}")
+    check_known_keys(d, _CLUSTER_KEYS, "cluster")
     gpu_ref = _require(d, "gpu", "cluster")
     gpu_raw = _lookup("gpu", gpu_ref)
     gpu = gpu_from_dict(gpu_raw)
@@ -166,26 +268,36 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
     for key, value in (("num_gpus", num_gpus), ("gpus_per_node", gpn)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(f"cluster: {key} must be a whole number, got {value!r}")
-    domain = int(system.get("nvlink_domain", gpn))
+    domain = parse_number(system.get("nvlink_domain", gpn), what="cluster nvlink_domain", low=1,
+                          high=1_000_000, integer=True)
+    bw = lambda k, default, positive=True: parse_quantity(system.get(k, default), what=f"cluster {k}",  # noqa: E731
+                                                          dim="bytes/s", positive=positive)
+    size = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}", dim="bytes")  # noqa: E731
+    latency = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}", dim="s")  # noqa: E731
+    frac = lambda k, default: parse_number(system.get(k, default), what=f"cluster {k}", low=0.0,  # noqa: E731
+                                           high=1.0, low_open=True)
     return ClusterSpec(
         gpu=gpu,
         num_gpus=num_gpus,
         gpus_per_node=gpn,
-        nvlink_domain=domain,
-        nvlink_bytes_per_s=q("nvlink_bandwidth", "0 GB/s") or q("pcie_bandwidth", "16 GB/s"),
-        network_bytes_per_s=q("network_bandwidth", "100 Gb/s"),
-        nvlink_efficiency=float(system.get("nvlink_efficiency", 0.8)),
-        network_efficiency=float(system.get("network_efficiency", 0.85)),
-        nvlink_latency_s=q("nvlink_latency", "5 us"),
-        collective_latency_s=q("collective_latency", "0 us"),
-        network_latency_s=q("network_latency", "10 us"),
-        pcie_bytes_per_s=q("pcie_bandwidth", "16 GB/s"),
-        host_memory_bytes=q("host_memory", "1024 GiB"),
-        nvme_bytes=q("nvme", "0 B"),
-        nvme_bytes_per_s=q("nvme_bandwidth", "0 GB/s"),
-        cpu_adam_params_per_s=float(system.get("cpu_adam_params_per_s", 1.0e9)),
-        price_per_gpu_hour=float(system.get("price_per_gpu_hour", 0.0)),
-        name=str(system.get("name", gpu.name)),
+        nvlink_domain=int(domain),
+        nvlink_bytes_per_s=bw("nvlink_bandwidth", "0 GB/s", False) or bw("pcie_bandwidth", "16 GB/s"),
+        network_bytes_per_s=bw("network_bandwidth", "100 Gb/s"),
+        nvlink_efficiency=frac("nvlink_efficiency", 0.8),
+        network_efficiency=frac("network_efficiency", 0.85),
+        nvlink_latency_s=latency("nvlink_latency", "5 us"),
+        collective_latency_s=latency("collective_latency", "0 us"),
+        network_latency_s=latency("network_latency", "10 us"),
+        pcie_bytes_per_s=bw("pcie_bandwidth", "16 GB/s"),
+        host_memory_bytes=size("host_memory", "1024 GiB"),
+        nvme_bytes=size("nvme", "0 B"),
+        nvme_bytes_per_s=bw("nvme_bandwidth", "0 GB/s", False),
+        cpu_adam_params_per_s=parse_number(system.get("cpu_adam_params_per_s", 1.0e9),
+                                           what="cluster cpu_adam_params_per_s", low=0.0, low_open=True),
+        price_per_gpu_hour=parse_number(system.get("price_per_gpu_hour", 0.0),
+                                        what="cluster price_per_gpu_hour (dollars per GPU-hour)", low=0.0,
+                                        high=1e6),
+        name=_name(system.get("name", gpu.name), "cluster name"),
     )
 
 
@@ -222,10 +334,67 @@ _MODEL_ALIASES = {
 }
 
 
+# activation -> gated MLP (SwiGLU / GeGLU use three matrices)
+_ACTIVATIONS = {"gelu": False, "gelu_new": False, "gelu_pytorch_tanh": False, "relu": False,
+                "squared_relu": False, "swiglu": True, "silu": True, "swish": True, "geglu": True}
+_MODEL_EXTRA_KEYS = {"activation", "aliases"}
+_CLUSTER_KEYS = {"gpu", "num_gpus", "gpus_per_node", "nvlink_domain", "nvlink_bandwidth", "network_bandwidth",
+                 "nvlink_efficiency", "network_efficiency", "nvlink_latency", "collective_latency", "network_latency",
+                 "pcie_bandwidth", "host_memory", "nvme", "nvme_bandwidth", "cpu_adam_params_per_s",
+                 "price_per_gpu_hour", "name", "source", "description"}
+# Hugging Face keys that must hold whole numbers when present (JSON allows "4096", 32.7 and true).
+_HF_INT_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                "num_key_value_heads", "vocab_size", "max_position_embeddings", "n_embd", "n_layer", "n_head",
+                "n_positions", "n_inner", "d_model", "num_layers", "seq_length")
+_HF_FLOAT_KEYS = ("rope_theta", "rotary_emb_base", "resid_pdrop", "hidden_dropout", "attn_pdrop",
+                  "attention_dropout")
+# Mixture-of-Experts keys (Mixtral, Qwen-MoE, DeepSeek, DBRX, Switch): not modelled yet.
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok",
+             "ffn_config")
+
+
+def check_known_keys(keys, known, what: str) -> None:
+    """Refuse a key that is not in `known`, suggesting the closest one (a typo loses a setting)."""
+    for key in keys:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(sorted(known))}"
+        raise SpecError(f"{what}: unknown key '{key}'{hint}")
+
+
+def _check_hf(d: dict) -> None:
+    moe = [k for k in _MOE_KEYS if d.get(k) not in (None, 0, 1)]
+    if moe:
+        raise SpecError(f"config.json describes a Mixture-of-Experts model ({moe[0]} = {d[moe[0]]!r}); "
+                        "MoE is not supported yet, and planning it as a dense model would be wrong")
+    for key in _HF_INT_KEYS:
+        value = d.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SpecError(f"config.json: {key} must be a whole number, got {value!r}")
+    for key in _HF_FLOAT_KEYS:
+        value = d.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise SpecError(f"config.json: {key} must be a number, got {value!r}")
+    for key in ("tie_word_embeddings", "attention_bias"):
+        if d.get(key) is not None and not isinstance(d[key], bool):
+            raise SpecError(f"config.json: {key} must be true or false, got {d[key]!r}")
+    for key in ("hidden_act", "activation_function"):
+        if d.get(key) is not None and not isinstance(d[key], str):
+            raise SpecError(f"config.json: {key} must be a string such as \"silu\", got {d[key]!r}")
+
+
 def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     """Model YAML (our keys, the validation schema's, or a Hugging Face config.json)."""
+    if not isinstance(d, dict):
+        raise SpecError(f"model: expected a mapping of model fields, got {type(d).__name__}")
     if "architectures" in d or "model_type" in d:
+        _check_hf(d)
         return _model_from_hf(d, name)
+    check_known_keys(d, _MODEL_KEYS | set(_MODEL_ALIASES) | _MODEL_EXTRA_KEYS, f"model {d.get('name', name) or ''}".strip())
+    act = d.get("activation")
+    if act is not None and str(act).lower() not in _ACTIVATIONS:
+        raise SpecError(f"model: unknown activation {act!r}; use one of {', '.join(sorted(_ACTIVATIONS))}")
     data = {}
     for key, value in d.items():
         key = _MODEL_ALIASES.get(key, key)
@@ -233,7 +402,7 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
             data[key] = value
     act = d.get("activation")
     if act is not None and "gated_mlp" not in data:
-        data["gated_mlp"] = str(act).lower() in ("swiglu", "silu", "geglu")
+        data["gated_mlp"] = _ACTIVATIONS[str(act).lower()]
     if "num_kv_heads" not in data and "num_heads" in data:
         data["num_kv_heads"] = data["num_heads"]
     if "ffn_hidden" not in data and "hidden" in data:

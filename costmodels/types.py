@@ -117,11 +117,26 @@ class ModelSpec:
     source: str = ""
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or "\0" in self.name or not self.name.strip() or len(self.name) > 200:
+            raise SpecError(f"model name: expected a non-empty string of at most 200 characters without NUL, "
+                            f"got {str(self.name)[:40]!r}")
+        for name in ("gated_mlp", "tied_embeddings", "bias"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise SpecError(f"model '{self.name}': {name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("hidden_dropout", "attention_dropout", "rope_theta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(value):
+                raise SpecError(f"model '{self.name}': {name} must be a finite number, got {value!r}")
+        if self.rope_theta <= 0:
+            raise SpecError(f"model '{self.name}': rope_theta must be greater than zero, got {self.rope_theta!r}")
         for name in ("num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
                      "max_seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
                 raise SpecError(f"model '{self.name}': {name} must be a positive integer, got {value!r}")
+            if value > 10**9:
+                raise SpecError(f"model '{self.name}': {name} = {value} is beyond any real model (max 10^9)")
         if self.hidden % self.num_heads:
             raise SpecError(f"model '{self.name}': hidden {self.hidden} is not divisible by "
                             f"{self.num_heads} heads; pick heads that divide hidden")
@@ -287,6 +302,8 @@ class Layout:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise SpecError(f"layout: {name} must be a positive integer, got {value!r}")
+            if value > 10**9:
+                raise SpecError(f"layout: {name} = {value} is beyond any real layout (max 10^9)")
         if self.zero not in (0, 1, 2, 3):
             raise SpecError(f"layout: zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.first_stage_layers < 0 or self.last_stage_layers < 0:

@@ -6,6 +6,7 @@ into SI numbers once, at load time, and `fmt_*` turn SI numbers back into text f
 """
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import SpecError
@@ -23,37 +24,100 @@ _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0,
 _QUANTITY = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-zµ/$]*)\s*$")
 
 
-def _unit_factor(unit: str) -> float:
-    """Factor that converts one `unit` into its SI base (bytes, bytes/s, FLOP, FLOP/s, s)."""
-    if unit in ("", "B", "byte", "bytes", "FLOP", "FLOPS", "FLOP/s", "B/s"):
-        return 1.0
+# What each dimension is called in messages, with an example of how to write it.
+DIMENSIONS = {
+    "bytes": "a size with a unit, e.g. '80 GiB'",
+    "bytes/s": "a bandwidth with a unit, e.g. '400 Gb/s' or '450 GB/s'",
+    "FLOP/s": "a compute rate with a unit, e.g. '989 TFLOP/s'",
+    "FLOP": "an amount of work with a unit, e.g. '3 PFLOP'",
+    "s": "a time with a unit, e.g. '5 us'",
+}
+
+
+def _unit(unit: str) -> tuple[float, str | None]:
+    """(factor into the SI base, dimension) of `unit`; dimension None for a bare number."""
+    if unit == "":
+        return 1.0, None
     if unit in _TIME:
-        return _TIME[unit]
-    for suffix, per_bit in (("b/s", 1 / 8), ("bps", 1 / 8), ("B/s", 1.0), ("B", 1.0),
-                            ("FLOP/s", 1.0), ("FLOPS", 1.0), ("FLOP", 1.0)):
+        return _TIME[unit], "s"
+    for suffix, per_bit, dim in (("b/s", 1 / 8, "bytes/s"), ("bps", 1 / 8, "bytes/s"), ("B/s", 1.0, "bytes/s"),
+                                 ("FLOP/s", 1.0, "FLOP/s"), ("FLOPS", 1.0, "FLOP/s"), ("FLOP", 1.0, "FLOP"),
+                                 ("bytes", 1.0, "bytes"), ("byte", 1.0, "bytes"), ("B", 1.0, "bytes")):
         if unit.endswith(suffix):
             prefix = unit[: -len(suffix)]
-            if prefix in _BIN_PREFIX and suffix.startswith("B"):
-                return _BIN_PREFIX[prefix] * per_bit
+            if prefix in _BIN_PREFIX and suffix[0] in "Bb" and suffix != "bps":
+                return _BIN_PREFIX[prefix] * per_bit, dim
             if prefix in _PREFIX:
-                return _PREFIX[prefix] * per_bit
+                return _PREFIX[prefix] * per_bit, dim
     raise SpecError(f"unknown unit '{unit}': use B, KiB/MiB/GiB, KB/MB/GB/TB, GB/s, Gb/s, "
                     "TFLOP/s, s/ms/us")
 
 
-def parse_quantity(value, *, what: str = "value") -> float:
-    """Parse "80 GiB" / "3.35 TB/s" / "989 TFLOP/s" / "400 Gb/s" / "5 us" / 12 into an SI float."""
-    if isinstance(value, bool):
-        raise SpecError(f"{what}: expected a number with a unit, got {value!r}")
+def _unit_factor(unit: str) -> float:
+    """Factor that converts one `unit` into its SI base (bytes, bytes/s, FLOP, FLOP/s, s)."""
+    return _unit(unit)[0]
+
+
+def parse_quantity(value, *, what: str = "value", dim: str | None = None, positive: bool = False,
+                   minimum: float | None = None) -> float:
+    """Parse "80 GiB" / "3.35 TB/s" / "989 TFLOP/s" / "400 Gb/s" / "5 us" / 12 into an SI float.
+
+    With `dim` ("bytes", "bytes/s", "FLOP/s", "FLOP", "s") the value must carry a unit of that
+    dimension (a bare 0 is accepted: zero has no unit) and be >= 0 (> 0 with `positive`). Without
+    `dim` the value is a plain count (tokens, ...) and must be >= `minimum` when given. NaN and
+    infinity are refused everywhere. Messages name the key, the value and what is expected.
+    """
+    expected = DIMENSIONS.get(dim, "a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecError(f"{what}: expected {expected}, got {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
-    if not isinstance(value, str):
-        raise SpecError(f"{what}: expected a number with a unit, got {value!r}")
-    match = _QUANTITY.match(value)
-    if not match:
-        raise SpecError(f"{what}: cannot read {value!r} as a quantity (e.g. '80 GiB', '900 GB/s')")
-    number, unit = match.groups()
-    return float(number) * _unit_factor(unit)
+        number, unit_dim = float(value), None
+        factor = 1.0
+    else:
+        match = _QUANTITY.match(value)
+        if not match:
+            raise SpecError(f"{what}: cannot read {value!r} as a quantity; expected {expected}")
+        text, unit = match.groups()
+        number = float(text)
+        factor, unit_dim = _unit(unit)
+    if not math.isfinite(number) or not math.isfinite(number * factor):
+        raise SpecError(f"{what}: expected a finite number, got {value!r}")
+    if dim is not None:
+        if unit_dim is None and number != 0:
+            raise SpecError(f"{what}: {value!r} has no unit; expected {expected}")
+        if unit_dim is not None and unit_dim != dim:
+            raise SpecError(f"{what}: {value!r} is not {expected.split(' with')[0]}; expected {expected}")
+        if number < 0 or (positive and number == 0):
+            bound = "greater than zero" if positive else "zero or more"
+            raise SpecError(f"{what}: {value!r} is out of range; expected {expected}, {bound}")
+    elif unit_dim is not None and minimum is not None:
+        raise SpecError(f"{what}: expected a plain number, got {value!r}")
+    if minimum is not None and number * factor < minimum:
+        raise SpecError(f"{what}: {value!r} is out of range; expected a number of at least {minimum:g}")
+    return number * factor
+
+
+def parse_number(value, *, what: str, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, integer: bool = False) -> float:
+    """A plain number (no unit) in [low, high] ((low, high] with `low_open`); finite; never a bool."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
+        kind = "a whole number" if integer else "a number"
+        raise SpecError(f"{what}: expected {kind}{_range_text(low, high, low_open)}, got {value!r}")
+    x = float(value)
+    if not math.isfinite(x) or (low is not None and (x < low or (low_open and x == low))) \
+            or (high is not None and x > high):
+        raise SpecError(f"{what}: {value!r} is out of range; expected a number{_range_text(low, high, low_open)}")
+    return int(x) if integer else x
+
+
+def _range_text(low, high, low_open) -> str:
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{low:g}, {high:g}]"
+    if low is not None:
+        return f" {'greater than' if low_open else 'of at least'} {low:g}"
+    if high is not None:
+        return f" of at most {high:g}"
+    return ""
 
 
 def fmt_bytes(n: float) -> str:

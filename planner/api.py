@@ -131,6 +131,8 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
     tokens = total_tokens if total_tokens is not None else case_obj.training.total_tokens
+    from costmodels.units import parse_number
+    tokens = parse_number(tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
     return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults)
 
 
@@ -147,6 +149,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     `gpus_per_node`). `choices` pins or restricts knobs: {"tp": [4, 8], "precision": ["bf16"]}.
     """
     from costmodels.errors import SpecError
+    from costmodels.units import parse_number
     from search_spaces.frameworks import load_profile
     from search_spaces.space import SearchRequest
 
@@ -164,11 +167,20 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         raise SpecError("give either a global batch in sequences or a token range, not both")
     if global_batch is not None and (isinstance(global_batch, bool) or int(global_batch) <= 0):
         raise SpecError(f"global batch must be a positive number of sequences, got {global_batch!r}")
+    if global_batch is not None and int(global_batch) > 10**9:
+        raise SpecError(f"global batch {global_batch} is beyond any real run (max 10^9 sequences)")
     if global_batch is None and global_batch_tokens is None:
         global_batch_tokens = DEFAULT_BATCH_TOKENS
     seqs = tuple(int(s) for s in (seq_lens or (m.max_seq_len,)))
     if any(s <= 0 for s in seqs):
         raise SpecError("sequence lengths must be positive")
+    total_tokens = parse_number(total_tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
+    top_k = parse_number(top_k, what="top (plans to report)", low=1, high=1000, integer=True)
+    seed = parse_number(seed, what="seed", low=0, high=2**32 - 1, integer=True)
+    if study_name is not None and (not str(study_name).strip() or "\0" in str(study_name)
+                                   or len(str(study_name)) > 200):
+        raise SpecError(f"study name must be a non-empty name of at most 200 characters, got {study_name!r}")
+    trials = parse_number(trials, what="trials (the Optuna study's target)", low=1, high=10**7, integer=True)
     request = SearchRequest(num_gpus=c.num_gpus, global_batch=global_batch,
                             global_batch_tokens=global_batch_tokens, seq_lens=seqs,
                             choices=dict(choices or {}), total_tokens=float(total_tokens or 0.0))

@@ -19,13 +19,18 @@ class CLIError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
+class Interrupted(CLIError):
+    """Ctrl-C / SIGINT: the conventional exit status 128 + 2."""
+    exit_code = 130
+
+
 def _run(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except PlannerError as exc:
         raise CLIError(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__) from None
     except KeyboardInterrupt:
-        raise CLIError("interrupted; nothing was written") from None
+        raise Interrupted("interrupted; nothing was written") from None
 
 
 def _dump(obj) -> str:
@@ -46,7 +51,23 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """Usage errors (a bad option value, a missing argument) as one `error:` line with exit code 2,
+    like every other bad input, instead of click's usage block; --help is unchanged."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise CLIError(exc.format_message().splitlines()[0] + _hint(exc)) from None
+
+
+def _hint(exc) -> str:
+    cmd = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "planner"
+    return f" (see {cmd} --help)"
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llm-train-planner")
 def main():
     """Plan large-language-model training: estimate, search and emit Megatron-DeepSpeed jobs."""

@@ -47,6 +47,20 @@ def _batch_tokens(text):
     return tok(parts[0]), tok(parts[1])
 
 
+def _input_files(*refs) -> list[str]:
+    """The arguments that name files or folders (not presets): an --out must not hold them."""
+    from pathlib import Path
+
+    out = []
+    for ref in refs:
+        try:
+            if ref and Path(ref).exists():
+                out.append(ref)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 class Progress:
     """Progress on stderr: done / total, best so far, time left."""
 
@@ -109,8 +123,9 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
     def work():
         from .output import check_out_dir, default_storage
         from .search import USER_CACHE
-        if out:
-            check_out_dir(out, force)
+        inputs = _input_files(model, cluster)
+        if out is not None:
+            check_out_dir(out, force, inputs)
         choices = {k: _split(v) for k, v in knobs.items() if v is not None}
         store = storage or (default_storage(out) if out else USER_CACHE)
         reporter = Progress(show, "trials" if method == "optuna" else "blocks")
@@ -123,7 +138,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         written = None
         if out:
             from .emit.writer import write_plan
-            written = write_plan(result, out, force=force, launcher=launcher)
+            written = write_plan(result, out, force=force, launcher=launcher, inputs=inputs)
         return result, written
 
     result, written = _run(work)
@@ -150,11 +165,23 @@ def explain(plan_json, out, force):
     from .report import render_report
 
     def work():
+        if out is not None:
+            from .output import check_out_dir
+            check_out_dir(out, force, [plan_json])
+        from costmodels.errors import SpecError
+        from .emit.plan_file import check_plan
+
         data = load_plan_json(plan_json)
-        if out:
-            from .emit.writer import write_report_dir
-            return write_report_dir(data, out, force=force)
-        return render_report(data, figures={})
+        check_plan(data, plan_json)
+        try:
+            if out is not None:
+                from .emit.writer import write_report_dir
+                return write_report_dir(data, out, force=force, inputs=[plan_json])
+            return render_report(data, figures={})
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+            # fields the checks above do not cover (runner-ups, breakdowns) edited by hand
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else exc.__class__.__name__
+            raise SpecError(f"plan file '{plan_json}' is damaged: {what}") from None
 
     text = _run(work)
     click.echo(text if not out else f"wrote {text}")

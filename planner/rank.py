@@ -23,6 +23,8 @@ def parse_objectives(text: str) -> tuple[str, ...]:
     for n in names:
         if n not in OBJECTIVES:
             raise SpecError(f"unknown objective '{n}'; known: {', '.join(OBJECTIVES)}")
+    if len(set(names)) != len(names):
+        raise SpecError(f"--objective names {names[0]} twice; a Pareto front needs two different objectives")
     return names
 
 

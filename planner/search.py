@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
+import socket
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -206,14 +209,37 @@ def _score_lattice(space, profile, cost_fw, settings, collector, core, cat, cros
     return lattice
 
 
-def default_study_name(space: Space, profile: FrameworkProfile, settings: SearchSettings) -> str:
+def study_fingerprint(space: Space, profile: FrameworkProfile, settings: SearchSettings) -> str:
+    """What a study's trial values depend on: model, cluster (every field), GPUs, knob domains, rules,
+    token budget and objectives (not the seed: workers of one study sample with their own seeds)."""
     key = json.dumps({
-        "model": repr(space.model), "gpu": space.cluster.gpu.name, "n": space.request.num_gpus,
+        "model": repr(space.model), "cluster": repr(space.cluster), "n": space.request.num_gpus,
         "domains": {k: list(v.domain) for k, v in space.knobs.items()}, "profile": profile.name,
-        "objectives": settings.objectives, "seed": settings.seed, "tokens": space.request.total_tokens,
-    }, sort_keys=True)
+        "objectives": settings.objectives, "tokens": space.request.total_tokens,
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def default_study_name(space: Space, profile: FrameworkProfile, settings: SearchSettings) -> str:
+    key = study_fingerprint(space, profile, settings) + f"-seed{settings.seed}"
     return f"plan-{space.model.name}-{space.request.num_gpus}x{space.cluster.gpu.name}-" + \
         hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+FAIL_LIMIT = 32       # failed trials (non-finite objective) before a search where most fail gives up
+
+
+def _make_sampler(optuna, settings: SearchSettings, seed: int):
+    if len(settings.objectives) == 2:
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True,
+                                      n_startup_trials=min(200, settings.trials // 5))
+
+
+def worker_seed(seed: int, first_trial_number: int) -> int:
+    """Each worker's sampler seed: the --seed mixed with the number of the first trial it asked
+    (unique per worker; 0 for a new study, so a single worker reproduces --seed exactly)."""
+    return (int(seed) + 1_000_003 * int(first_trial_number)) % 2**32
 
 
 def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
@@ -221,49 +247,59 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
 
     from search_spaces.optuna_space import broken_rules, params_to_values, seed_params, suggest_layout
 
+    from .study import count_taken, open_study, public_storage, record_heartbeat
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     ctx = Ctx(space.model, space.cluster, space.request.num_gpus)
     rules = profile.all_rules
     two = len(settings.objectives) == 2
-
-    # Broken rules and memory over capacity are Optuna constraints (feasible when <= 0).
-    if two:
-        sampler = optuna.samplers.NSGAIISampler(seed=settings.seed)
-    else:
-        sampler = optuna.samplers.TPESampler(seed=settings.seed, multivariate=True,
-                                             n_startup_trials=min(200, settings.trials // 5))
-    storage = settings.storage
-    if storage == USER_CACHE:
+    n_obj = len(settings.objectives)
+    storage_url = settings.storage
+    if storage_url == USER_CACHE:
         from .output import cache_storage
-        storage = cache_storage()
+        storage_url = cache_storage()
     name = settings.study_name or default_study_name(space, profile, settings)
-    try:
-        study = _open_study(optuna, name, storage, sampler, len(settings.objectives))
-    except ImportError:
-        raise SpecError(f"storage {storage!r} needs its database driver: pip install "
-                        "'llm-train-planner[postgres]' (psycopg) for PostgreSQL") from None
-    except Exception as exc:   # noqa: BLE001 - SQLAlchemy / Optuna errors for a bad URL or an unreachable server
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise SpecError(f"cannot open Optuna storage {storage!r}: {first}") from None
+    # Broken rules and memory over capacity are Optuna constraints (feasible when <= 0).
+    study, storage, _ = open_study(optuna, name, storage_url, _make_sampler(optuna, settings, settings.seed),
+                                   settings.objectives, study_fingerprint(space, profile, settings),
+                                   [seed_params(v, space) for v in seeds])
     complete = optuna.trial.TrialState.COMPLETE
     done_before = len(study.get_trials(deepcopy=False, states=(complete,)))
-    if not study.trials:
-        for values in seeds:
-            study.enqueue_trial(seed_params(values, space), skip_if_exists=True)
     batch_size = 32
     penalty = 1e30
-    # `trials` is the study's target: several workers sharing one storage stop together once the
-    # study holds that many complete trials, so none is lost and none is run twice.
+    reseeded = False
+    failed = worked = 0              # estimated trials whose objective was not finite / was
+    worker = f"{socket.gethostname()}:{os.getpid()}"     # which worker ran a trial (shared studies)
+    # `trials` is the study's target: several workers sharing one storage count the trials complete
+    # or in flight (theirs and the others') in the database before each batch, and near the target
+    # (within four batches) before each trial, so together they stop at the target plus at most one
+    # trial per other worker (asked between its count and ours); up to four workers far from it
+    # cannot overshoot with their batches.
     while True:
         done = len(study.get_trials(deepcopy=False, states=(complete,)))
-        if done >= settings.trials:
+        remaining = settings.trials - count_taken(study, storage)
+        if remaining <= 0:
             break
-        n = min(batch_size, settings.trials - done)
-        trials = [study.ask() for _ in range(n)]
+        trials = []
+        for k in range(min(batch_size, remaining)):
+            if k and storage is not None and remaining <= 4 * batch_size \
+                    and count_taken(study, storage) >= settings.trials:
+                break
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")      # "Heartbeat ... supposed to be used with Study.optimize"
+                t = study.ask()
+            record_heartbeat(storage, t)
+            if storage is not None:
+                t.set_user_attr("worker", worker)
+            if not reseeded:
+                reseeded = True
+                study.sampler = _make_sampler(optuna, settings, worker_seed(settings.seed, t.number))
+            trials.append(t)
+        n = len(trials)
         rows = [suggest_layout(t, space) for t in trials]
         broken = broken_rules(rows, ctx, rules)
         ok = np.flatnonzero(broken == 0)
-        values = [[penalty] * len(settings.objectives) for _ in rows]
+        values = [[penalty] * n_obj for _ in rows]
         excess = np.zeros(n)
         if len(ok):
             cols = {k: np.array([rows[i][k] for i in ok], dtype=np.int64) for k in KNOBS}
@@ -274,17 +310,35 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
             for j, i in enumerate(ok):
                 values[i] = [float(o[j]) for o in objs]
                 excess[i] = max(0.0, -float(batch.headroom_bytes[j]) / GiB) + (0.0 if batch.host_fits[j] else 1.0)
+        evaluated = set(ok.tolist())
         for i, (t, v) in enumerate(zip(trials, values)):
-            t.set_constraint("broken_rules", float(broken[i]))
-            t.set_constraint("memory_over_capacity_gib", float(excess[i]))
-            study.tell(t, v if two else v[0])
+            finite = all(np.isfinite(x) for x in v)
+            if not finite:
+                failed += 1
+            elif i in evaluated:            # a layout that was estimated (not one breaking rules) worked
+                worked += 1
+            try:
+                if finite:
+                    t.set_constraint("broken_rules", float(broken[i]))
+                    t.set_constraint("memory_over_capacity_gib", float(excess[i]))
+                    study.tell(t, v if two else v[0], skip_if_finished=True)
+                else:
+                    study.tell(t, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass              # finished by another worker (or failed as stale): nothing to tell
+        if failed >= FAIL_LIMIT and failed > worked:
+            raise SpecError(f"the search stopped: {failed} of its {failed + worked} estimated trials failed (the "
+                            "objective is not a finite number); check --tokens, the price and the cluster's "
+                            "quantities")
         if settings.progress:
             settings.progress(min(done + n, settings.trials), settings.trials, _best_value(study, two))
+    if storage is not None:
+        _wait_for_others(optuna, study)
     if settings.progress:
         done = len(study.get_trials(deepcopy=False, states=(complete,)))
         settings.progress(done, max(done, settings.trials), _best_value(study, two))
     # Trials told by other workers (shared storage) also count: re-score their layouts.
-    others = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    others = study.get_trials(deepcopy=False, states=(complete,))
     rows = [params_to_values(t.params, space) for t in others]
     if rows:
         broken = broken_rules(rows, ctx, rules)
@@ -293,26 +347,20 @@ def _optuna_search(space, profile, cost_fw, settings, collector, seeds):
             cols = {k: np.array([rows[i][k] for i in ok], dtype=np.int64) for k in KNOBS}
             batch = estimate_batch(space.model, space.cluster, cost_fw, columns_to_batch(cols))
             collector.add(cols, batch)
-    return {"name": name, "storage": storage or "in-memory", "trials": len(study.trials),
+    return {"name": name, "storage": public_storage(storage_url), "trials": len(study.trials),
             "completed": len(others), "resumed_from": done_before}
 
 
-def _open_study(optuna, name, storage, sampler, n_objectives):
-    """Create or load the study; workers starting together may race to create it, so retry as a load."""
-    last = None
-    for attempt in range(5):
-        try:
-            return optuna.create_study(study_name=name, storage=storage, sampler=sampler, load_if_exists=True,
-                                       directions=["minimize"] * n_objectives)
-        except ImportError:
-            raise
-        except Exception as exc:   # noqa: BLE001 - a concurrent creation (IntegrityError / DuplicatedStudyError)
-            last = exc
-            try:
-                return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-            except Exception:      # noqa: BLE001
-                time.sleep(0.2 * (attempt + 1))
-    raise last
+def _wait_for_others(optuna, study) -> None:
+    """The target is reached counting trials in flight: wait until the other workers have told theirs
+    (a worker that found the target reached must not report from a half-told study), at most as long
+    as a trial may run before it counts as stale."""
+    from .study import stale_after
+
+    running = optuna.trial.TrialState.RUNNING
+    deadline = time.monotonic() + stale_after()
+    while study.get_trials(deepcopy=False, states=(running,)) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _best_value(study, two):

@@ -7,7 +7,6 @@ Every field a case leaves out takes a documented default, and `Case.defaults` sa
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +32,10 @@ _PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", 
                   "mbs", "gbs", "zero"}
 
 
+CASE_KEYS = {"model", "cluster", "parallel", "training", "framework", "name", "description"}
+TRAINING_KEYS = {"total_tokens", "framework"}
+
+
 @dataclass(frozen=True)
 class Case:
     model: ModelSpec
@@ -45,11 +48,8 @@ class Case:
 
 def load_model(ref) -> ModelSpec:
     """Preset name, YAML / config.json path, or mapping."""
-    if isinstance(ref, str) and ref.endswith(".json") and Path(ref).is_file():
-        try:
-            data = json.loads(Path(ref).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"model file '{ref}' is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    if isinstance(ref, str) and ref.endswith(".json") and Path(ref).exists():
+        data = catalog.read_json_file(ref, "model")
         if not isinstance(data, dict):
             raise SpecError(f"model file '{ref}' must hold a JSON object")
         path = Path(ref)
@@ -185,6 +185,9 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
     """A parsed case mapping -> Case. Relative file references resolve against `base_dir`."""
     if not isinstance(data, dict):
         raise SpecError("case: expected a mapping with model, cluster and parallel sections")
+    catalog.check_known_keys(data, CASE_KEYS, "case")
+    if isinstance(data.get("training"), dict):
+        catalog.check_known_keys(data["training"], TRAINING_KEYS, "training")
     defaults: list[str] = []
 
     def resolve(ref):
@@ -209,7 +212,7 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
         if "num_gpus" not in cluster_dict and isinstance(parallel, dict):
             world = 1
             for key in ("tp", "pp", "dp", "cp"):
-                world *= int(parallel.get(key) or 1)
+                world *= _int(parallel, key, "parallel", 1) or 1
             cluster_dict["num_gpus"] = world
             defaults.append(f"cluster.num_gpus = {world} (tp*pp*dp*cp)")
         if cluster_dict.get("gpus_per_node") is None:
@@ -218,7 +221,9 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
     else:
         world = None
         if isinstance(parallel, dict) and all(parallel.get(k) for k in ("tp", "pp", "dp")):
-            world = int(parallel["tp"]) * int(parallel["pp"]) * int(parallel["dp"]) * int(parallel.get("cp") or 1)
+            world = 1
+            for key in ("tp", "pp", "dp", "cp"):
+                world *= _int(parallel, key, "parallel", 1) or 1
         cluster = load_cluster(resolve(cluster_raw), num_gpus=world)
     layout = layout_from_dict(parallel, model, cluster, defaults)
     if layout.world != cluster.num_gpus:
@@ -233,7 +238,8 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
         defaults.append(f"framework = {DEFAULT_FRAMEWORK}")
     framework = catalog.load_framework(fw_name)
     total_tokens = training_raw.get("total_tokens", 0.0)
-    training = TrainingSpec(total_tokens=parse_quantity(total_tokens, what="training.total_tokens"),
+    training = TrainingSpec(total_tokens=parse_quantity(total_tokens, what="training.total_tokens",
+                                                          minimum=0.0),
                             framework=framework.name)
     return Case(model=model, cluster=cluster, layout=layout, framework=framework, training=training,
                 defaults=tuple(defaults))

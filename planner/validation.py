@@ -323,17 +323,50 @@ def load_records(directory: str | os.PathLike | None = None, include_vtrain: boo
     published = d / "published_dev.yaml"
     if not published.exists():
         raise SpecError(f"validation data not found at {d}; pass --data DIR or set PLANNER_VALIDATION_DIR")
-    records = [r for r in (record_from_published(x) for x in yaml.safe_load(published.read_text())) if r]
+    records = _read_records(published, record_from_published)
     ds = d / "deepspeed_runs.yaml"
     if ds.exists():
-        records += [r for r in (record_from_deepspeed(x) for x in yaml.safe_load(ds.read_text())) if r]
+        records += _read_records(ds, record_from_deepspeed)
     vtrain = d / "vtrain" / "ground_truth_single.csv"
     if include_vtrain and vtrain.exists():
-        records += records_from_vtrain(vtrain)
+        try:
+            records += records_from_vtrain(vtrain)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError) as exc:
+            raise SpecError(f"validation data {vtrain.name} is malformed: {_what(exc)}") from None
     multi = VTRAIN_MULTI_FILE
     if include_vtrain and multi.exists():
         records += records_from_vtrain(multi, source="vtrain-multi")
     return records
+
+
+def _what(exc) -> str:
+    return f"missing field {exc}" if isinstance(exc, KeyError) else f"{exc.__class__.__name__}: {exc}".splitlines()[0]
+
+
+def _read_records(path: Path, parse) -> list:
+    """A validation YAML file (a list of records) -> records, one error line for anything malformed."""
+    from costmodels.catalog import read_text_file
+
+    text = read_text_file(path, "validation data")
+    try:
+        items = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise SpecError(f"validation data {path.name} is not valid YAML{where}") from None
+    if not isinstance(items, list):
+        raise SpecError(f"validation data {path.name} must hold a list of runs, not {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        try:
+            r = parse(item)
+        except SpecError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise SpecError(f"validation data {path.name}: run {i + 1} is malformed: {_what(exc)}") from None
+        if r:
+            out.append(r)
+    return out
 
 
 @dataclass(frozen=True)

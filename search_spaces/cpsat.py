@@ -70,7 +70,11 @@ def _enumerate(space: Space, knobs, rules, limit=ENUMERATION_LIMIT) -> tuple[dic
     solver.parameters.random_seed = 0
     variables = [x[k] for k in knobs]
     cb = _Collector(variables, limit)
-    solver.solve(m, cb)
+    status = solver.solve(m, cb)
+    if not cb.truncated and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        # CP-SAT catches Ctrl-C itself and returns what it enumerated so far: the lattice would be
+        # silently incomplete. Pass the interrupt on.
+        raise KeyboardInterrupt("CP-SAT enumeration interrupted")
     rows = np.array(sorted(cb.rows), dtype=np.int64).reshape(-1, len(knobs))
     return {k: rows[:, i] for i, k in enumerate(knobs)}, cb.truncated
 

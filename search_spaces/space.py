@@ -166,6 +166,9 @@ _DOCS = {
 }
 
 
+MAX_KNOB_VALUE = 10**7      # no degree, batch or length above this; CP-SAT needs 64-bit integers
+
+
 def parse_choice(name: str, values) -> tuple:
     """User values for a knob ('bf16', True, 8) -> the knob's integer codes."""
     if name not in KNOBS:
@@ -187,6 +190,8 @@ def parse_choice(name: str, values) -> tuple:
                 raise SpecError(f"--{name.replace('_', '-')} takes whole numbers, got {v!r}") from None
             if iv < 0 or (iv == 0 and name not in ("zero", "recompute_layers")):
                 raise SpecError(f"--{name.replace('_', '-')} must be positive, got {iv}")
+            if iv > MAX_KNOB_VALUE:
+                raise SpecError(f"--{name.replace('_', '-')} {iv} is beyond any real layout (max {MAX_KNOB_VALUE:,})")
             out.append(iv)
     return tuple(sorted(set(out)))
 

@@ -1,9 +1,9 @@
 """Reading plan.json back: for `planner explain` and `planner estimate plan.json`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from costmodels.catalog import read_json_file
 from costmodels.errors import SpecError
 
 REQUIRED = ("layout", "estimate", "inputs", "search")
@@ -13,27 +13,59 @@ def load_plan_json(path) -> dict:
     p = Path(path)
     if p.is_dir():
         p = p / "plan.json"
-    if not p.is_file():
+    if not p.exists():
         raise SpecError(f"plan file '{path}' does not exist (give plan.json or the plan directory)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecError(f"plan file '{path}' is not valid JSON: {exc}") from None
+    data = read_json_file(p, "plan")
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
         raise SpecError(f"'{path}' is not a plan.json written by `planner plan --out` "
                         f"(needs {', '.join(REQUIRED)})")
     return data
 
 
+def _bytes_per_s(value):
+    """plan.json stores SI numbers; a cluster mapping wants a unit (a tampered value is left to the parser)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value!r} B/s"
+    return value
+
+
 def case_from_plan_json(path) -> dict:
     """The case (model, cluster, parallel, framework) a plan.json describes."""
     data = load_plan_json(path)
+    try:
+        return _case(data)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise SpecError(f"plan file '{path}' is damaged: {_describe(exc)}") from None
+
+
+def _describe(exc) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing field {exc}"
+    return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def check_plan(data: dict, path) -> None:
+    """A plan.json read back is checked like a case before anything is drawn from it: the model, the
+    cluster and the layout must be valid and satisfy the framework's rules (a tampered file with
+    tp 3 on 48 GPUs, ZeRO-7 or fp4 is refused, not rendered)."""
+    from search_spaces.frameworks import structural_errors
+
+    from ..specs import case_from_dict
+
+    try:
+        case = _case(data)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise SpecError(f"plan file '{path}' is damaged: {_describe(exc)}") from None
+    structural_errors(case_from_dict(case))
+
+
+def _case(data: dict) -> dict:
     inp = data["inputs"]
     model = {k: v for k, v in inp["model"].items() if k != "total_params"}
     c = inp["cluster"]
     cluster = {"gpu": c["gpu"], "num_gpus": c["num_gpus"], "gpus_per_node": c["gpus_per_node"],
-               "nvlink_domain": c["nvlink_domain"], "nvlink_bandwidth": c["nvlink_bandwidth_bytes_per_s"],
-               "network_bandwidth": c["network_bandwidth_bytes_per_s"],
+               "nvlink_domain": c["nvlink_domain"], "nvlink_bandwidth": _bytes_per_s(c["nvlink_bandwidth_bytes_per_s"]),
+               "network_bandwidth": _bytes_per_s(c["network_bandwidth_bytes_per_s"]),
                "price_per_gpu_hour": c.get("price_per_gpu_hour", 0.0)}
     parallel = dict(data["layout"])
     parallel.pop("density", None)

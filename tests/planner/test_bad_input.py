@@ -28,8 +28,35 @@ CASES = {
     "bad_unit.yaml": "model: llama2-7b\ncluster: {gpu: H100-SXM, num_gpus: 8, network_bandwidth: 400 furlongs}\n"
                      "parallel: {tp: 1, pp: 1, dp: 8}\n",
     "cfg.json": '{"model_type": "llama", "hidden_size": 4096',
+    # Quantities: dimension and physical range (issue 11 item 6).
+    **{f"cluster_{k}.yaml": f"model: llama2-7b\ncluster: {{gpu: H100-SXM, num_gpus: 16, {v}}}\n"
+                            "parallel: {tp: 1, pp: 1, dp: 16}\n" for k, v in {
+        "neg_bw": "network_bandwidth: -400 Gb/s", "bare_bw": "network_bandwidth: 400",
+        "gib_bw": "network_bandwidth: 400 GiB", "ms_bw": "network_bandwidth: 5 ms",
+        "zero_bw": "network_bandwidth: 0 Gb/s", "nan_bw": "network_bandwidth: .nan",
+        "eff": "network_efficiency: 5", "eff0": "nvlink_efficiency: 0", "price": "price_per_gpu_hour: -2",
+        "price_str": "price_per_gpu_hour: cheap", "domain": "nvlink_domain: eight",
+        "latency": "network_latency: -5 us", "host_mem": "host_memory: 2 TB/s",
+    }.items()},
+    "peak0.yaml": "model: llama2-7b\ncluster: {gpu: {name: X1, peak: {bf16: 0}, hbm: 80 GiB, hbm_bandwidth: 3 TB/s, "
+                  "num_sms: 132, gemm_tile_intensity: 32}, num_gpus: 8}\nparallel: {tp: 1, pp: 1, dp: 8}\n",
+    "tokens_nan.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8}\n"
+                       "training: {total_tokens: .nan}\n",
+    "tokens_neg.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8}\n"
+                       "training: {total_tokens: -1}\n",
+    # Model fields with the wrong type (issue 11 items 7-8).
+    **{f"model_{k}.yaml": "model: {num_layers: 4, hidden_size: 1024, num_attention_heads: 16, vocab_size: 32000, "
+                          f"seq_length: 2048, {v}}}\ncluster: H100-SXM\nparallel: {{tp: 1, pp: 1, dp: 8}}\n"
+       for k, v in {"gated": "gated_mlp: 'no'", "rope": "rope_theta: fast", "layers": "num_layers: 1000000000000000000000000000000",
+                    "dropout": "hidden_dropout: high"}.items()},
+    "case.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8}\n",
+    "m.yaml": "num_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\nvocab_size: 32000\nseq_length: 2048\n",
     "plan.json": '{"layout": {}}',
 }
+
+VALIDATION_DIRS = {"val_yaml": "[unclosed\n", "val_record": "- {foo: 1}\n", "val_scalar": "42\n"}
+PLAN_JSON = '{"layout": {}, "estimate": {}, "inputs": {}, "search": {}}'
+PLAN_ARGS = ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64"]
 
 TABLE = [
     # (id, argv with {d} for the temp dir, expected message fragment)
@@ -79,6 +106,43 @@ TABLE = [
      "is not a directory"),
     ("explain a non-plan", ["explain", "{d}/plan.json"], "is not a plan.json"),
     ("explain bad json", ["explain", "{d}/malformed.yaml"], "not valid JSON"),
+    # issue 11: quantities with a dimension and a physical range
+    ("negative bandwidth", ["estimate", "{d}/cluster_neg_bw.yaml"], "cluster network_bandwidth: '-400 Gb/s' is out of range"),
+    ("bandwidth without unit", ["estimate", "{d}/cluster_bare_bw.yaml"], "400 has no unit; expected a bandwidth"),
+    ("size as bandwidth", ["estimate", "{d}/cluster_gib_bw.yaml"], "'400 GiB' is not a bandwidth"),
+    ("time as bandwidth", ["estimate", "{d}/cluster_ms_bw.yaml"], "'5 ms' is not a bandwidth"),
+    ("zero network bandwidth", ["estimate", "{d}/cluster_zero_bw.yaml"], "greater than zero"),
+    ("nan bandwidth", ["estimate", "{d}/cluster_nan_bw.yaml"], "expected a finite number, got nan"),
+    ("efficiency above 1", ["estimate", "{d}/cluster_eff.yaml"], "network_efficiency: 5 is out of range; expected a number in (0, 1]"),
+    ("efficiency 0", ["estimate", "{d}/cluster_eff0.yaml"], "nvlink_efficiency: 0 is out of range"),
+    ("negative price", ["estimate", "{d}/cluster_price.yaml"], "price_per_gpu_hour (dollars per GPU-hour): -2 is out of range"),
+    ("price as a word", ["estimate", "{d}/cluster_price_str.yaml"], "expected a number in [0, 1e+06], got 'cheap'"),
+    ("nvlink domain as a word", ["estimate", "{d}/cluster_domain.yaml"], "nvlink_domain: expected a whole number"),
+    ("negative latency", ["estimate", "{d}/cluster_latency.yaml"], "network_latency: '-5 us' is out of range"),
+    ("bandwidth as memory", ["estimate", "{d}/cluster_host_mem.yaml"], "'2 TB/s' is not a size"),
+    ("gpu without peak", ["estimate", "{d}/peak0.yaml"], "peak needs a positive fp32, fp16 or bf16 rate"),
+    ("nan token budget in a case", ["estimate", "{d}/tokens_nan.yaml"], "training.total_tokens: expected a finite number"),
+    ("negative token budget in a case", ["estimate", "{d}/tokens_neg.yaml"], "training.total_tokens: -1 is out of range"),
+    ("gated_mlp as a string", ["estimate", "{d}/model_gated.yaml"], "gated_mlp must be true or false"),
+    ("rope_theta as a word", ["estimate", "{d}/model_rope.yaml"], "rope_theta must be a finite number"),
+    ("10^30 layers", ["estimate", "{d}/model_layers.yaml"], "beyond any real model"),
+    ("dropout as a word", ["estimate", "{d}/model_dropout.yaml"], "hidden_dropout must be a finite number"),
+    ("--tokens nan", PLAN_ARGS + ["--tokens", "nan", "--method", "optuna"], "tokens (training budget): nan is out of range"),
+    ("--tokens inf", PLAN_ARGS + ["--tokens", "inf"], "tokens (training budget): inf is out of range"),
+    ("--tokens -1", PLAN_ARGS + ["--tokens", "-1"], "tokens (training budget): -1.0 is out of range"),
+    ("estimate --tokens nan", ["estimate", "{d}/case.yaml", "--tokens", "nan"], "tokens (training budget): nan"),
+    ("--top 0", PLAN_ARGS + ["--top", "0"], "top (plans to report): 0 is out of range"),
+    ("--trials 0", PLAN_ARGS + ["--trials", "0", "--method", "optuna"], "trials (the Optuna study's target): 0 is out of range"),
+    # issue 11: output locations that would lose work
+    ("--out empty", PLAN_ARGS + ["--out", ""], "--out needs a directory name"),
+    ("explain into its own folder", ["explain", "{d}/existing", "--out", "{d}/existing", "--force"], "holds the input"),
+    ("plan --out holding the model", ["plan", "--model", "{d}/existing/m.yaml", "--cluster", "H100-SXM", "--out",
+                                      "{d}/existing", "--force"], "holds the input"),
+    ("--out the temp root's parent", PLAN_ARGS + ["--out", "{d}/..", "--force"], "names the current or a parent directory"),
+    ("--out under a file", PLAN_ARGS + ["--out", "{d}/cfg.json/job"], "is not a directory"),
+    ("--out under /proc", PLAN_ARGS + ["--out", "/proc/planner-job"], "cannot write in /proc"),
+    ("--out name too long", PLAN_ARGS + ["--out", "{d}/" + "x" * 260], "bytes long"),
+    ("--out root", PLAN_ARGS + ["--out", "/", "--force"], "names the current or a parent directory"),
 ]
 
 
@@ -98,11 +162,16 @@ def inputs(tmp_path):
     (tmp_path / "adir").mkdir()
     (tmp_path / "existing").mkdir()
     (tmp_path / "existing" / "keep.txt").write_text("mine")
+    (tmp_path / "existing" / "m.yaml").write_text(CASES["m.yaml"])
+    (tmp_path / "existing" / "plan.json").write_text(PLAN_JSON)
+    for name, text in VALIDATION_DIRS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "published_dev.yaml").write_text(text)
     return tmp_path
 
 
-def test_table_has_at_least_25_cases():
-    assert len(TABLE) >= 25
+def test_table_has_at_least_60_cases():
+    assert len(TABLE) >= 60
 
 
 @pytest.mark.parametrize("name,argv,fragment", TABLE, ids=[t[0] for t in TABLE])
@@ -117,3 +186,201 @@ def test_bad_input(name, argv, fragment, inputs):
     assert lines[0].startswith("error: ")
     assert fragment in lines[0], lines[0]
     assert snapshot(inputs) == before          # nothing created, nothing changed
+
+
+# ---- issue 11: exhaustion, tampered plans, interrupts -----------------------------------------------
+
+LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+
+MODEL4 = "num_layers: 4, hidden_size: 1024, num_attention_heads: 16, vocab_size: 32000, seq_length: 2048"
+HF = ('{{"model_type": "llama", "hidden_size": {h}, "num_attention_heads": 32, "num_hidden_layers": {l}, '
+      '"intermediate_size": 14336, "vocab_size": 32000{extra}}}')
+HOSTILE = {
+    "typo_kv.yaml": f"model: {{{MODEL4}, num_kv_head: 4}}\ncluster: H100-SXM\nparallel: {{tp: 1, pp: 1, dp: 8}}\n",
+    "typo_ffn.yaml": f"model: {{{MODEL4}, ffn_hiden_size: 4096}}\ncluster: H100-SXM\nparallel: {{tp: 1, pp: 1, dp: 8}}\n",
+    "typo_act.yaml": f"model: {{{MODEL4}, activaton: swiglu}}\ncluster: H100-SXM\nparallel: {{tp: 1, pp: 1, dp: 8}}\n",
+    "banana.yaml": f"model: {{{MODEL4}, activation: banana}}\ncluster: H100-SXM\nparallel: {{tp: 1, pp: 1, dp: 8}}\n",
+    "typo_bw.yaml": "model: llama2-7b\ncluster: {gpu: H100-SXM, num_gpus: 8, network_bandwith: 400 Gb/s}\n"
+                    "parallel: {tp: 1, pp: 1, dp: 8}\n",
+    "typo_top.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8}\ntrainig: {total_tokens: 1e12}\n",
+    "moe.json": HF.format(h=4096, l=32, extra=', "num_local_experts": 8, "num_experts_per_tok": 2'),
+    "hf_str.json": HF.format(h='"4096"', l=32, extra=""),
+    "hf_float.json": HF.format(h=4096, l=32.7, extra=""),
+    "hf_bool.json": HF.format(h=4096, l="true", extra=""),
+    "hf_rope.json": HF.format(h=4096, l=32, extra=', "rope_theta": "fast"'),
+    "hf_tie.json": HF.format(h=4096, l=32, extra=', "tie_word_embeddings": "yes"'),
+    "hf_act.json": HF.format(h=4096, l=32, extra=', "hidden_act": 5'),
+    "laughs.yaml": LAUGHS,
+    "deep.yaml": "[" * 5000 + "]" * 5000 + "\n",
+    "deep.json": "[" * 50000 + "]" * 50000,
+    "nan.json": '{"model_type": "llama", "hidden_size": NaN, "num_attention_heads": 32, "num_hidden_layers": 2}',
+    "binary.json": b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe",
+    "tp_word.yaml": "model: llama2-7b\ncluster: {gpu: H100-SXM}\nparallel: {tp: abc, pp: 1, dp: 8}\n",
+    "mbs_huge.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8, "
+                     "micro_batch: 1000000000000000000000000000000}\n",
+}
+
+HOSTILE_TABLE = [
+    ("billion laughs", ["estimate", "{d}/laughs.yaml"], "aliases"),
+    ("billion laughs as a model", PLAN_ARGS[:1] + ["--model", "{d}/laughs.yaml", "--cluster", "H100-SXM"], "aliases"),
+    ("billion laughs as a cluster", PLAN_ARGS[:1] + ["--model", "gpt-1.7b", "--cluster", "{d}/laughs.yaml"], "aliases"),
+    ("deeply nested yaml", ["estimate", "{d}/deep.yaml"], "nested more than"),
+    ("deeply nested json", PLAN_ARGS[:1] + ["--model", "{d}/deep.json", "--cluster", "H100-SXM"], "nested too deeply"),
+    ("NaN in config.json", PLAN_ARGS[:1] + ["--model", "{d}/nan.json", "--cluster", "H100-SXM"], "holds NaN"),
+    ("binary config.json", PLAN_ARGS[:1] + ["--model", "{d}/binary.json", "--cluster", "H100-SXM"], "cannot read model"),
+    ("fifo", ["estimate", "{d}/fifo.yaml"], "not a regular file"),
+    ("/dev/zero as a model", PLAN_ARGS[:1] + ["--model", "/dev/zero", "--cluster", "H100-SXM"], "not a regular file"),
+    ("tp as a word", ["estimate", "{d}/tp_word.yaml"], "parallel.tp must be a whole number"),
+    ("10^30 micro batch", ["estimate", "{d}/mbs_huge.yaml"], "beyond any real layout"),
+    ("--mbs 10^30", PLAN_ARGS + ["--mbs", "1" + "0" * 30], "beyond any real layout"),
+    ("--top -1", PLAN_ARGS + ["--top", "-1"], "top (plans to report): -1 is out of range"),
+    ("--objective time,time", PLAN_ARGS + ["--objective", "time,time"], "names time twice"),
+    ("--seed -1", PLAN_ARGS + ["--seed", "-1", "--method", "optuna"], "seed: -1 is out of range"),
+    ("--seed 10^20", PLAN_ARGS + ["--seed", "1" + "0" * 20], "seed: 100000000000000000000 is out of range"),
+    ("--study-name ''", PLAN_ARGS + ["--study-name", "", "--method", "optuna"], "study name must be a non-empty"),
+    ("--global-batch 10^20", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--global-batch",
+                              "1" + "0" * 20], "beyond any real run"),
+    ("validate: broken YAML", ["validate", "--data", "{d}/val_yaml", "--no-vtrain"], "is not valid YAML at line"),
+    ("validate: malformed run", ["validate", "--data", "{d}/val_record", "--no-vtrain"], "run 1 is malformed"),
+    ("validate: not a list", ["validate", "--data", "{d}/val_scalar", "--no-vtrain"], "must hold a list of runs"),
+    # usage errors: one line too (issue 11 item 10)
+    ("--gpus not a number", PLAN_ARGS + ["--gpus", "x"], "Invalid value for '--gpus'"),
+    ("unknown option", PLAN_ARGS + ["--bogus"], "No such option '--bogus'"),
+    ("unknown command", ["nope"], "No such command 'nope'"),
+    ("missing --model", ["plan", "--cluster", "H100-SXM"], "Missing option '--model'"),
+    # unknown keys get the closest valid one (issue 11 item 7)
+    ("model key typo num_kv_head", ["estimate", "{d}/typo_kv.yaml"], "unknown key 'num_kv_head'; did you mean num_kv_heads?"),
+    ("model key typo ffn_hiden_size", ["estimate", "{d}/typo_ffn.yaml"], "did you mean ffn_hidden_size?"),
+    ("model key typo activaton", ["estimate", "{d}/typo_act.yaml"], "did you mean activation?"),
+    ("activation banana", ["estimate", "{d}/banana.yaml"], "unknown activation 'banana'"),
+    ("cluster key typo", ["estimate", "{d}/typo_bw.yaml"], "unknown key 'network_bandwith'; did you mean network_bandwidth?"),
+    ("top-level key typo", ["estimate", "{d}/typo_top.yaml"], "unknown key 'trainig'; did you mean training?"),
+    ("Mixtral config.json", PLAN_ARGS[:1] + ["--model", "{d}/moe.json", "--cluster", "H100-SXM"], "Mixture-of-Experts"),
+    ("hidden_size as a string", PLAN_ARGS[:1] + ["--model", "{d}/hf_str.json", "--cluster", "H100-SXM"],
+     "hidden_size must be a whole number, got '4096'"),
+    ("layers as a fraction", PLAN_ARGS[:1] + ["--model", "{d}/hf_float.json", "--cluster", "H100-SXM"],
+     "num_hidden_layers must be a whole number, got 32.7"),
+    ("layers as true", PLAN_ARGS[:1] + ["--model", "{d}/hf_bool.json", "--cluster", "H100-SXM"],
+     "num_hidden_layers must be a whole number, got True"),
+    ("HF rope_theta a word", PLAN_ARGS[:1] + ["--model", "{d}/hf_rope.json", "--cluster", "H100-SXM"],
+     "rope_theta must be a number, got 'fast'"),
+    ("HF tie_word_embeddings 'yes'", PLAN_ARGS[:1] + ["--model", "{d}/hf_tie.json", "--cluster", "H100-SXM"],
+     "tie_word_embeddings must be true or false"),
+    ("HF hidden_act a number", PLAN_ARGS[:1] + ["--model", "{d}/hf_act.json", "--cluster", "H100-SXM"],
+     "hidden_act must be a string"),
+]
+
+
+@pytest.fixture
+def hostile(inputs):
+    for name, text in HOSTILE.items():
+        (inputs / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    os.mkfifo(inputs / "fifo.yaml")
+    return inputs
+
+
+@pytest.mark.parametrize("name,argv,fragment", HOSTILE_TABLE, ids=[t[0] for t in HOSTILE_TABLE])
+def test_hostile_input(name, argv, fragment, hostile):
+    before = snapshot_meta(hostile)
+    args = [a.replace("{d}", str(hostile)) for a in argv]
+    result = CliRunner().invoke(main, args)
+    check_one_error(result, fragment)
+    assert snapshot_meta(hostile) == before
+
+
+def snapshot_meta(d: Path):
+    """Like snapshot, without opening FIFOs."""
+    return {str(p): (p.read_bytes() if p.is_file() else None) for p in sorted(d.rglob("*"))}
+
+
+def check_one_error(result, fragment, code=2):
+    assert result.exit_code == code, (result.output, result.stderr)
+    assert "Traceback" not in result.output + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert fragment in lines[0], lines[0]
+
+
+def test_table_and_hostile_inputs_have_at_least_60_rows():
+    assert len(TABLE) + len(HOSTILE_TABLE) >= 60
+
+
+def test_an_oversized_input_file_is_refused(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("# padding\n" * 500_000)                # 5 MB
+    check_one_error(CliRunner().invoke(main, ["estimate", str(big)]), "input files are limited to 4 MiB")
+
+
+def test_cache_home_that_is_a_file(tmp_path):
+    (tmp_path / "cache").write_text("not a directory")
+    r = CliRunner().invoke(main, PLAN_ARGS + ["--method", "optuna", "--trials", "10"],
+                           env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    check_one_error(r, "cannot create the study cache")
+
+
+@pytest.fixture(scope="module")
+def plan_json_text():
+    import planner
+    from planner.emit.writer import render_files
+
+    return render_files(planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=64))["plan.json"].decode()
+
+
+def _tamper(data, path, value):
+    *keys, last = path.split(".")
+    for k in keys:
+        data = data[k]
+    if value is DELETE:
+        del data[last]
+    else:
+        data[last] = value
+
+
+DELETE = object()
+TAMPERED = [
+    ("tp 3", "layout.tp", 3, "tp*pp*dp*cp = 24 GPUs but the cluster has 8"),
+    ("ZeRO-7", "layout.zero_stage", 7, "zero stage must be 0, 1, 2 or 3, got 7"),
+    ("fp4", "layout.precision", "fp4", "unknown precision 'fp4'"),
+    ("tp a word", "layout.tp", "abc", "whole number"),
+    ("no model", "inputs.model", DELETE, "damaged: missing field 'model'"),
+    ("inputs a list", "inputs", [], "damaged"),
+    ("estimate a string", "estimate", "x", "damaged"),
+    ("negative bandwidth", "inputs.cluster.network_bandwidth_bytes_per_s", -5, "out of range"),
+    ("runner-up without layout", "runner_ups", [{"rank": 2}], "damaged"),
+]
+
+
+TAMPERED_RUNS = [(c, *t) for t in TAMPERED for c in ("explain", "estimate")
+                 if not (c == "estimate" and t[0] == "runner-up without layout")]   # estimate reads only the layout
+
+
+@pytest.mark.parametrize("command,name,path,value,fragment", TAMPERED_RUNS,
+                         ids=[f"{t[0]}-{t[1]}" for t in TAMPERED_RUNS])
+def test_tampered_plan_json(command, name, path, value, fragment, plan_json_text, tmp_path):
+    import json as _json
+
+    data = _json.loads(plan_json_text)
+    _tamper(data, path, value)
+    f = tmp_path / "plan.json"
+    f.write_text(_json.dumps(data))
+    args = [command, str(f)] + (["--out", str(tmp_path / "report")] if command == "explain" else [])
+    check_one_error(CliRunner().invoke(main, args), fragment)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_ctrl_c_during_cp_sat_stops_with_exit_130(monkeypatch, tmp_path):
+    """CP-SAT catches SIGINT and returns a partial enumeration; the search must not go on with it."""
+    from ortools.sat.python import cp_model
+
+    real = cp_model.CpSolver.solve
+
+    def interrupted(self, model, callback=None):
+        real(self, model, callback)
+        return cp_model.FEASIBLE             # what CP-SAT answers when Ctrl-C stopped it
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", interrupted)
+    r = CliRunner().invoke(main, PLAN_ARGS + ["--out", str(tmp_path / "job")])
+    check_one_error(r, "interrupted; nothing was written", code=130)
+    assert not (tmp_path / "job").exists()

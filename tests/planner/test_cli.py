@@ -73,3 +73,12 @@ def test_hugging_face_config(tmp_path):
     g = load_model(str(gpt2))
     assert (g.hidden, g.num_layers, g.ffn_hidden, g.position, g.tied_embeddings, g.gated_mlp) == \
         (768, 12, 3072, "learned", True, False)
+
+
+def test_help_is_still_click_help():
+    from click.testing import CliRunner
+
+    from planner.cli import main
+
+    r = CliRunner().invoke(main, ["plan", "--help"])
+    assert r.exit_code == 0 and r.output.startswith("Usage: ") and "plan [OPTIONS]" in r.output.splitlines()[0]

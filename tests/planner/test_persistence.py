@@ -51,6 +51,53 @@ def test_interrupted_write_leaves_the_old_output_whole(tmp_path, sig):
         assert [p.name for p in tmp_path.iterdir()] == ["job"]
 
 
+def test_a_killed_write_leaves_no_temporary_folder_behind_the_next_run(tmp_path):
+    out = tmp_path / "job"
+    env = {**os.environ, "PLANNER_WRITE_PAUSE_S": "0.5"}
+    proc = subprocess.Popen(PLAN + ["--out", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert any(p.name.endswith(".tmp") for p in tmp_path.iterdir())      # kill -9 cannot clean up
+    assert not out.exists()
+    assert run(PLAN + ["--out", str(out)]).returncode == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["job"]               # the next run removed it
+
+
+def test_two_writers_without_force_cannot_both_win(tmp_path):
+    """The existence check and the rename are one step (renameat2 RENAME_NOREPLACE): of two runs that
+    both found --out missing, one writes it and the other says it exists; nothing is mixed."""
+    out = tmp_path / "job"
+    env = {**os.environ, "PLANNER_WRITE_PAUSE_S": "0.3"}
+    procs = [subprocess.Popen(PLAN + ["--out", str(out), "--tp", str(tp)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for tp in (1, 2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], outs
+    loser = outs[[p.returncode for p in procs].index(2)][1]
+    assert loser.startswith("error: ") and "already exists" in loser and len(loser.splitlines()) == 1
+    winner_tp = (1, 2)[[p.returncode for p in procs].index(0)]
+    assert json.loads((out / "plan.json").read_text())["layout"]["tp"] == winner_tp
+    assert [p.name for p in tmp_path.iterdir()] == ["job"]
+
+
+def test_publish_refuses_an_existing_target(tmp_path):
+    from costmodels.errors import SpecError
+    from planner.emit.writer import _publish_new
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (src / "a").write_text("new")
+    dst.mkdir()
+    (dst / "b").write_text("old")
+    with pytest.raises(SpecError, match="already exists"):
+        _publish_new(src, dst, "dst")
+    assert (dst / "b").read_text() == "old" and (src / "a").exists()
+
+
 def test_completed_write_replaces_the_output_whole(tmp_path):
     out = tmp_path / "job"
     assert run(PLAN + ["--out", str(out)]).returncode == 0
@@ -82,7 +129,7 @@ def test_default_storage_is_sqlite_next_to_the_output(tmp_path):
     r = run(PLAN + ["--out", str(out), "--method", "optuna", "--trials", "40", "--json"])
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert data["search"]["study"]["storage"] == f"sqlite:///{tmp_path / 'job.optuna.db'}"
+    assert data["search"]["study"]["storage"] == "sqlite:///job.optuna.db"     # no local path recorded
     assert (tmp_path / "job.optuna.db").exists()
 
 

@@ -1,0 +1,214 @@
+"""Optuna studies that several workers share safely (split out of search.py).
+
+* A study records what it was created for (a fingerprint of the inputs and the objectives) in its
+  user attributes; a run with other inputs or another number of objectives is refused, instead of
+  failing every trial forever.
+* Only the worker that creates a study enqueues the seed layouts (creation is atomic in the
+  storage), so they are enqueued once.
+* SQLite: every transaction is `BEGIN IMMEDIATE`, so two workers cannot pop the same waiting trial
+  (pysqlite starts no transaction on SELECT, which let both run it and the second crash with
+  "Cannot tell a COMPLETE trial"); a 60 s busy timeout instead of 5 s.
+* Heartbeats: each trial records one when asked; trials RUNNING without a heartbeat for
+  STALE_AFTER_S (a killed worker's) are failed when a worker (re)opens the study.
+* Storage URLs are shown without passwords and SQLite files by their name only (`public_storage`).
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from costmodels.errors import SpecError
+
+FINGERPRINT_ATTR = "planner_fingerprint"
+OBJECTIVES_ATTR = "planner_objectives"
+HEARTBEAT_S = 60
+# A RUNNING trial whose worker has not been heard of for this long is failed (PLANNER_STALE_TRIAL_S overrides).
+STALE_AFTER_S = 120           # a trial lives from ask to tell: one batch, well under a second of work
+
+
+def public_storage(url: str | None) -> str:
+    """The storage as it may appear in outputs and messages: no password, no local path."""
+    if not url:
+        return "in-memory"
+    text = str(url)
+    if text.startswith("sqlite:"):
+        path = text.split(":///", 1)[1] if ":///" in text else ""
+        return f"sqlite:///{Path(path.split('?', 1)[0]).name}" if path else "sqlite://"
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return "<storage URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, host = netloc.rsplit("@", 1)
+        if ":" in user:
+            user = user.split(":", 1)[0] + ":***"
+        netloc = f"{user}@{host}"
+    query = parts.query
+    if query:
+        secret = ("pass", "secret", "token", "key", "cert")
+        query = urlencode([(k, "***" if any(s in k.lower() for s in secret) else v)
+                           for k, v in parse_qsl(query, keep_blank_values=True)], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def stale_after() -> float:
+    try:
+        return max(1.0, float(os.environ.get("PLANNER_STALE_TRIAL_S", STALE_AFTER_S)))
+    except ValueError:
+        return STALE_AFTER_S
+
+
+def _serialise_sqlite(engine) -> None:
+    """Make every SQLite transaction BEGIN IMMEDIATE (the SQLAlchemy recipe for pysqlite)."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None
+        # Write-ahead log without an fsync per commit: every transaction is now explicit (reads too),
+        # and with the default rollback journal each commit cost ~10 ms. A crash may lose the last
+        # trials, never corrupt the file. (Where WAL is unavailable the journal mode stays as it is.)
+        cur = dbapi_connection.cursor()
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        except Exception:   # noqa: BLE001 - e.g. a read-only file: keep SQLite's defaults
+            pass
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()     # connections opened while the storage was set up predate the events
+
+
+def make_storage(optuna, url: str | None):
+    """An Optuna storage for `url` (None: in memory) with heartbeats and, for SQLite, serialised access."""
+    if not url:
+        return None
+    is_sqlite = str(url).startswith("sqlite")
+    kwargs = {"connect_args": {"timeout": 60}} if is_sqlite else {}
+    for attempt in range(10):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")        # heartbeat_interval is marked experimental
+                storage = optuna.storages.RDBStorage(str(url), engine_kwargs=kwargs,
+                                                     heartbeat_interval=HEARTBEAT_S, grace_period=stale_after())
+            break
+        except ImportError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - workers starting together race to create the tables
+            text = str(exc)
+            racing = ("already exists", "locked", "UniqueViolation", "UNIQUE constraint", "duplicate key",
+                      "IntegrityError")
+            if attempt == 9 or not any(r in text or r in exc.__class__.__name__ for r in racing):
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    if is_sqlite:
+        _serialise_sqlite(storage.engine)
+    return storage
+
+
+def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: tuple[str, ...],
+               fingerprint: str, seeds=()):
+    """Create the study (and enqueue `seeds`, once) or load it and check it was made for these inputs.
+    Returns (study, storage, created)."""
+    shown = public_storage(storage_url)
+    try:
+        storage = make_storage(optuna, storage_url)
+    except ImportError:
+        raise SpecError(f"storage {shown!r} needs its database driver: pip install "
+                        "'llm-train-planner[postgres]' (psycopg) for PostgreSQL") from None
+    except Exception as exc:   # noqa: BLE001 - SQLAlchemy / Optuna errors for a bad URL or an unreachable server
+        raise SpecError(f"cannot open Optuna storage {shown!r}: {_first_line(exc, storage_url)}") from None
+    directions = ["minimize"] * len(objectives)
+    last = None
+    for attempt in range(5):
+        try:
+            study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                        directions=directions, load_if_exists=False)
+        except optuna.exceptions.DuplicatedStudyError:
+            try:
+                study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+            except Exception as exc:   # noqa: BLE001 - deleted in between: try again
+                last = exc
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            _check_study(study, name, objectives, fingerprint)
+            _fail_stale(optuna, study)
+            return study, storage, False
+        except Exception as exc:   # noqa: BLE001 - a transient database error
+            last = exc
+            time.sleep(0.2 * (attempt + 1))
+            continue
+        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
+        study.set_user_attr(OBJECTIVES_ATTR, list(objectives))
+        for params in seeds:
+            study.enqueue_trial(params)
+        return study, storage, True
+    raise SpecError(f"cannot open Optuna study '{name}' in {shown!r}: {_first_line(last, storage_url)}")
+
+
+def _check_study(study, name, objectives, fingerprint) -> None:
+    attrs = study.user_attrs
+    for _ in range(50):                      # its creator writes the fingerprint right after creating it
+        if FINGERPRINT_ATTR in attrs:
+            break
+        time.sleep(0.1)
+        attrs = study.user_attrs
+    made_for = attrs.get(OBJECTIVES_ATTR)
+    if len(study.directions) != len(objectives) or (made_for is not None and list(made_for) != list(objectives)):
+        was = ",".join(made_for) if made_for else f"{len(study.directions)} objective(s)"
+        raise SpecError(f"study '{name}' was created for --objective {was}, not {','.join(objectives)}; "
+                        "give another --study-name (or --storage) to start a new study")
+    if attrs.get(FINGERPRINT_ATTR) != fingerprint:
+        why = "other inputs (model, cluster, GPUs, batch or pinned knobs)" if FINGERPRINT_ATTR in attrs \
+            else "another program or an older planner"
+        raise SpecError(f"study '{name}' was created for {why}; give another --study-name (or --storage) "
+                        "to start a new study")
+
+
+def _fail_stale(optuna, study) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")        # fail_stale_trials is marked experimental
+        optuna.storages.fail_stale_trials(study)
+
+
+def count_taken(study, storage) -> int:
+    """Trials of the study complete or running, counted in the database (one small query, so a
+    worker can look before every trial it asks for); other storages count the trials they hold."""
+    states = ("COMPLETE", "RUNNING")
+    if storage is not None:
+        try:
+            from sqlalchemy import text
+
+            with storage.engine.connect() as con:
+                return int(con.execute(text("SELECT COUNT(*) FROM trials WHERE study_id = :s AND state IN "
+                                            "('COMPLETE', 'RUNNING')"), {"s": study._study_id}).scalar())
+        except Exception:   # noqa: BLE001 - another Optuna schema: count through the API
+            pass
+    import optuna
+
+    return len(study.get_trials(deepcopy=False, states=tuple(optuna.trial.TrialState[x] for x in states)))
+
+
+def record_heartbeat(storage, trial) -> None:
+    if storage is not None:
+        storage.record_heartbeat(trial._trial_id)
+
+
+def _first_line(exc, url) -> str:
+    text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else \
+        exc.__class__.__name__ if exc is not None else "unknown error"
+    if url:
+        text = text.replace(str(url), public_storage(url))
+        parts = urlsplit(str(url)) if "://" in str(url) else None
+        if parts is not None and parts.password:
+            text = text.replace(parts.password, "***")
+    return text
