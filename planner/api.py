@@ -112,45 +112,137 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults)
 
 
-DEFAULT_BATCH_TOKENS = (2.0**20, 2.0**22)    # 1M-4M tokens per step when no global batch is given
+DEFAULT_BATCH_TOKENS = (2.0**20, 2.0**22)    # 1M-4M tokens per step on up to 4,096 GPUs
+# On larger clusters the default range scales with the GPU count: 256-1,024 tokens per GPU per step,
+# up to 16M tokens (Llama 3 405B: 16M-token batches on 16K H100, 1,024 tokens per GPU).
+DEFAULT_TOKENS_PER_GPU = (256, 1024)
+MAX_DEFAULT_BATCH_TOKENS = 2.0**24
+
+
+def default_batch_tokens(num_gpus: int) -> tuple[float, float]:
+    """The global-batch token range searched when no batch is given: 1M-4M (2^20-2^22) up to 4,096
+    GPUs, then 256-1,024 tokens per GPU, at most 16M (2^24)."""
+    lo_per, hi_per = DEFAULT_TOKENS_PER_GPU
+    hi = min(max(DEFAULT_BATCH_TOKENS[1], num_gpus * hi_per), MAX_DEFAULT_BATCH_TOKENS)
+    lo = min(max(DEFAULT_BATCH_TOKENS[0], num_gpus * lo_per), hi)
+    return float(lo), float(hi)
+
+
+def fmt_tokens(t: float) -> str:
+    """Tokens in the unit convention of --global-batch-tokens (K / M = 2^10 / 2^20)."""
+    for unit, size in (("M", 2**20), ("K", 2**10)):
+        if t >= size and (t / size) == int(t / size):
+            return f"{int(t / size)}{unit}"
+    return f"{t:,.0f}"
+
+
+def _batch_note(lo, hi, seqs, default: bool, num_gpus: int) -> str:
+    from search_spaces.space import batch_sequences
+
+    head = f"global batch {fmt_tokens(lo)}-{fmt_tokens(hi)} tokens" if lo != hi else f"global batch {fmt_tokens(lo)} tokens"
+    if default:
+        head += f" (the default for {num_gpus:,} GPUs)"
+    parts = []
+    for s in seqs:
+        values, rounded = batch_sequences(lo, hi, s)
+        if rounded:
+            parts.append(f"{values[0]:,} sequences of {s} = {values[0] * s:,} tokens (rounded to the nearest "
+                         "whole number of sequences)")
+        else:
+            parts.append(f"{values[0]:,}-{values[-1]:,} sequences of {s}" if len(values) > 1
+                         else f"{values[0]:,} sequences of {s}")
+    return head + ": " + "; ".join(parts)
+
+
+def parse_price(value) -> tuple[float, str]:
+    """'2.5', '2.5 USD', 'EUR 2.1', '$2.5' -> (2.5, 'USD'); the currency is kept as written."""
+    import re
+
+    from costmodels.errors import SpecError
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        amount, currency = float(value), ""
+    else:
+        m = re.fullmatch(r"\s*([^\d\s.+-]*)\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([^\d\s]*)\s*", str(value))
+        if not m or (m.group(1) and m.group(3)):
+            raise SpecError(f"--price-per-gpu-hour takes an amount with an optional currency (2.5, '2.5 USD'), "
+                            f"got {value!r}")
+        amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
+    if not amount >= 0 or amount == float("inf"):
+        raise SpecError(f"--price-per-gpu-hour must be a non-negative amount, got {value!r}")
+    return amount, {"$": "USD", "€": "EUR", "£": "GBP"}.get(currency, currency)
 
 
 def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, global_batch_tokens=None,
          seq_lens=None, choices=None, objective="time", top_k=5, framework="megatron-deepspeed",
          total_tokens=0.0, method="auto", storage=None, study_name=None, seed=0, trials=3000,
-         progress=None):
+         progress=None, price_per_gpu_hour=None, advice=True):
     """Search the layouts of `model` on `cluster` and return a PlanResult (best first).
 
     `model` / `cluster`: preset name, file path or mapping (cluster: GPU name = nodes of 8 unless
     `gpus_per_node`). `choices` pins or restricts knobs: {"tp": [4, 8], "precision": ["bf16"]}.
+    `global_batch_tokens`: (low, high) tokens per step; without it or `global_batch` the range is
+    `default_batch_tokens(gpus)`. `price_per_gpu_hour`: a number or '2.5 USD' (overrides the
+    cluster's). `advice`: add `warnings` saying what limits a poor plan and what would help.
     """
     from costmodels.errors import SpecError
     from search_spaces.frameworks import load_profile
     from search_spaces.space import SearchRequest
 
+    from .advice import PlanWarning, advise
     from .rank import parse_objectives
     from .search import SearchSettings, search
-    from .specs import load_cluster, load_model
+    from .specs import default_seq_len, load_cluster, load_model
 
-    m = model if hasattr(model, "num_layers") else load_model(model)
+    model_warns: list = []
+    m = model if hasattr(model, "num_layers") else load_model(model, model_warns)
     c = load_cluster(cluster, num_gpus=gpus, gpus_per_node=gpus_per_node) if not hasattr(cluster, "gpu") else cluster
     if gpus is not None and hasattr(cluster, "gpu"):
         from dataclasses import replace
         c = replace(c, num_gpus=gpus)
+    currency = ""
+    if price_per_gpu_hour is not None:
+        from dataclasses import replace
+        price, currency = parse_price(price_per_gpu_hour)
+        c = replace(c, price_per_gpu_hour=price)
     profile = load_profile(framework)
     if global_batch is not None and global_batch_tokens is not None:
         raise SpecError("give either a global batch in sequences or a token range, not both")
     if global_batch is not None and (isinstance(global_batch, bool) or int(global_batch) <= 0):
         raise SpecError(f"global batch must be a positive number of sequences, got {global_batch!r}")
-    if global_batch is None and global_batch_tokens is None:
-        global_batch_tokens = DEFAULT_BATCH_TOKENS
-    seqs = tuple(int(s) for s in (seq_lens or (m.max_seq_len,)))
+    notes = []
+    if seq_lens:
+        seqs = tuple(int(s) for s in seq_lens)
+    else:
+        seq, why = default_seq_len(m)
+        seqs = (seq,)
+        notes.append(f"sequence length {seq} ({why}); --seq-len to change it")
     if any(s <= 0 for s in seqs):
         raise SpecError("sequence lengths must be positive")
+    if global_batch is None:
+        default = global_batch_tokens is None
+        if default:
+            global_batch_tokens = default_batch_tokens(c.num_gpus)
+        lo, hi = (float(x) for x in global_batch_tokens)
+        if 0 < lo <= hi:
+            notes.append(_batch_note(lo, hi, sorted(set(seqs)), default, c.num_gpus))
     request = SearchRequest(num_gpus=c.num_gpus, global_batch=global_batch,
                             global_batch_tokens=global_batch_tokens, seq_lens=seqs,
                             choices=dict(choices or {}), total_tokens=float(total_tokens or 0.0))
-    settings = SearchSettings(objectives=parse_objectives(objective), top_k=int(top_k), method=method,
+    objectives = parse_objectives(objective)
+    settings = SearchSettings(objectives=objectives, top_k=int(top_k), method=method,
                               storage=storage, study_name=study_name, seed=int(seed), trials=int(trials),
                               progress=progress)
-    return search(m, c, profile, request, settings)
+    result = search(m, c, profile, request, settings)
+    result.notes = notes
+    result.currency = currency
+    warnings = [PlanWarning(*w) for w in model_warns]
+    if "cost" in objectives and not c.price_per_gpu_hour:
+        warnings.append(PlanWarning("cost", "--objective cost without a price: the cluster has no "
+                                    "price_per_gpu_hour, so plans are ranked by GPU-hours",
+                                    "give --price-per-gpu-hour (e.g. '2.5 USD') or price_per_gpu_hour in the "
+                                    "cluster YAML to see the cost"))
+    if advice:
+        warnings += advise(result)
+    result.warnings = warnings
+    return result

@@ -1,6 +1,7 @@
 """`planner plan` and `planner explain`."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -34,17 +35,38 @@ def _ints(text, option):
     return values
 
 
-def _batch_tokens(text):
+# Token counts for --global-batch-tokens: K / M / G are binary (2^10, 2^20, 2^30), as in the
+# default range 1M-4M = 2^20-2^22 tokens; Ki / Mi / Gi mean the same; a plain number (4194304, 4e6)
+# is taken as written.
+TOKEN_SUFFIXES = {"": 1, "K": 2**10, "KI": 2**10, "M": 2**20, "MI": 2**20, "G": 2**30, "GI": 2**30}
+_TOKEN_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_tokens(text: str, option: str = "--global-batch-tokens") -> float:
+    """'4M' -> 4 * 2^20, '512Ki' -> 512 * 2^10, '4e6' -> 4,000,000 (see TOKEN_SUFFIXES)."""
     from costmodels.errors import SpecError
-    from costmodels.units import parse_quantity
+
+    m = _TOKEN_RE.match(str(text))
+    suffix = m.group(2).upper() if m else None
+    if not m or suffix not in TOKEN_SUFFIXES:
+        raise SpecError(f"{option} takes token counts such as 4M (= 4 x 2^20), 512K or 4194304, got {text!r}")
+    value = float(m.group(1)) * TOKEN_SUFFIXES[suffix]
+    if not value > 0 or value == float("inf"):
+        raise SpecError(f"{option} takes positive token counts, got {text!r}")
+    return value
+
+
+def _batch_tokens(text):
+    """LOW-HIGH, or one value (a target: LOW = HIGH), in tokens per step."""
+    from costmodels.errors import SpecError
 
     parts = str(text).replace("..", "-").split("-")
+    if len(parts) == 1:
+        parts = parts * 2
     if len(parts) != 2:
-        raise SpecError(f"--global-batch-tokens takes LOW-HIGH (e.g. 1M-4M tokens), got {text!r}")
-    def tok(p):
-        p = p.strip().upper().replace("M", "e6").replace("K", "e3").replace("B", "e9")
-        return parse_quantity(p, what="--global-batch-tokens")
-    return tok(parts[0]), tok(parts[1])
+        raise SpecError(f"--global-batch-tokens takes LOW-HIGH or one target (e.g. 1M-4M or 16M tokens), "
+                        f"got {text!r}")
+    return parse_tokens(parts[0]), parse_tokens(parts[1])
 
 
 class Progress:
@@ -76,11 +98,15 @@ class Progress:
 @click.option("--gpus", type=int, default=None, help="Number of GPUs (default: the cluster's).")
 @click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the GPU's system).")
 @click.option("--global-batch", type=int, default=None, help="Global batch in sequences.")
-@click.option("--global-batch-tokens", default=None, help="Allowed global batch in tokens, LOW-HIGH (default 1M-4M).")
+@click.option("--global-batch-tokens", default=None, help="Global batch in tokens: LOW-HIGH or one target; K/M/G = 2^10/2^20/2^30 "
+                   "(default: 1M-4M, wider on large clusters; see README).")
 @click.option("--seq-len", default=None, help="Sequence length(s) allowed, comma-separated (default: the model's).")
 @click.option("--objective", default="time", show_default=True,
               help="time | time-to-train | cost | memory; two comma-separated give a Pareto front.")
-@click.option("--tokens", type=float, default=0.0, help="Training token budget (time-to-train, cost).")
+@click.option("--tokens", type=float, default=0.0,
+              help="Training token budget (time-to-train, cost; sets --train-iters in launch.sh).")
+@click.option("--price-per-gpu-hour", "price", default=None,
+              help="Price of one GPU-hour, with an optional currency ('2.5 USD'); overrides the cluster's.")
 @click.option("--top", "top_k", type=int, default=5, show_default=True, help="Plans to report.")
 @click.option("--framework", default="megatron-deepspeed", show_default=True,
               help="Rules of the target: megatron-deepspeed or megatron-lm.")
@@ -97,7 +123,7 @@ class Progress:
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--progress/--no-progress", default=None, help="Force the progress bar on or off.")
 def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens, seq_len, objective, tokens,
-         top_k, framework, method, storage, study_name, trials, seed, out, force, launcher, as_json, quiet,
+         price, top_k, framework, method, storage, study_name, trials, seed, out, force, launcher, as_json, quiet,
          progress, **knobs):
     """Choose the fastest (or cheapest) layout that fits, and optionally emit the job."""
     from . import api
@@ -119,7 +145,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
                           objective=objective, top_k=top_k, framework=framework, total_tokens=tokens,
                           method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
-                          progress=reporter)
+                          progress=reporter, price_per_gpu_hour=price)
         written = None
         if out:
             from .emit.writer import write_plan

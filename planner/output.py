@@ -35,7 +35,7 @@ def inputs_dict(result) -> dict:
     cluster = {"gpu": g.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                "nvlink_domain": c.nvlink_domain, "nvlink_bandwidth_bytes_per_s": c.nvlink_bytes_per_s,
                "network_bandwidth_bytes_per_s": c.network_bytes_per_s, "hbm_bytes": g.hbm_bytes,
-               "price_per_gpu_hour": c.price_per_gpu_hour}
+               "price_per_gpu_hour": c.price_per_gpu_hour, "currency": result.currency}
     req = result.request
     request = {"num_gpus": req.num_gpus, "global_batch": req.global_batch,
                "global_batch_tokens": list(req.global_batch_tokens) if req.global_batch_tokens else None,
@@ -45,10 +45,52 @@ def inputs_dict(result) -> dict:
     return {"model": model, "cluster": cluster, "framework": result.profile.name, "request": request}
 
 
+def fmt_money(amount: float, currency: str = "") -> str:
+    text = f"{amount:,.2f}" if amount < 100 else f"{amount:,.0f}"
+    return f"{text} {currency}" if currency else text
+
+
+def cost_dict(est, price: float, currency: str = "", total_tokens: float = 0.0) -> dict | None:
+    """What the plan costs at `price` per GPU-hour: per hour of the job, per billion tokens, to train."""
+    if not price:
+        return None
+    per_hour = price * est.num_gpus
+    per_token = per_hour / 3600 / est.tokens_per_s
+    out = {"price_per_gpu_hour": price, "currency": currency, "per_hour": per_hour,
+           "per_billion_tokens": per_token * 1e9}
+    if total_tokens:
+        out["to_train"] = per_token * total_tokens
+    return out
+
+
+def cost_text(cost: dict) -> str:
+    cur = cost.get("currency", "")
+    text = (f"cost {fmt_money(cost['per_hour'], cur)} per hour ({fmt_money(cost['price_per_gpu_hour'], cur)} "
+            f"per GPU-hour), {fmt_money(cost['per_billion_tokens'], cur)} per billion tokens")
+    if cost.get("to_train") is not None:
+        text += f", {fmt_money(cost['to_train'], cur)} to train"
+    return text
+
+
+def warning_lines(warnings) -> list[str]:
+    """Each warning as '! message' and '  -> suggestion' (terminal and report)."""
+    out = []
+    for w in warnings:
+        w = w if isinstance(w, dict) else w.to_dict()
+        out.append(f"! {w['kind']}: {w['message']}")
+        if w.get("suggestion"):
+            out.append(f"  -> {w['suggestion']}")
+    return out
+
+
 def plan_to_dict(result) -> dict:
     best = result.best
     return {
         "layout": layout_dict(best.layout),
+        "warnings": [w.to_dict() for w in result.warnings],
+        "defaults_used": list(result.notes),
+        "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,
+                          result.request.total_tokens),
         "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
                                   result.cluster.price_per_gpu_hour, result.request.total_tokens),
         "runner_ups": [plan_entry(p, result) for p in result.runner_ups],
@@ -77,6 +119,13 @@ def plan_text(result) -> str:
         t = e.time_to_train_s(result.request.total_tokens)
         lines.append(f"  {result.request.total_tokens:.3g} tokens: {fmt_seconds(t)}, "
                      f"{t * e.num_gpus / 3600:,.0f} GPU-hours")
+    cost = cost_dict(e, result.cluster.price_per_gpu_hour, result.currency, result.request.total_tokens)
+    if cost:
+        lines.append("  " + cost_text(cost))
+    if result.notes:
+        lines += ["", "defaults used:"] + [f"  {n}" for n in result.notes]
+    if result.warnings:
+        lines += ["", "warnings:"] + [f"  {w}" for w in warning_lines(result.warnings)]
     if result.runner_ups:
         lines += ["", "runner-ups:"]
         for p in result.runner_ups:

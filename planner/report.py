@@ -142,13 +142,27 @@ def render_report(data: dict, figures: dict) -> str:
                  f"(headroom {fmt_bytes(est['headroom_bytes'])}).")
     if est.get("training"):
         tr = est["training"]
-        cost = f", cost {tr['cost']:,.0f}" if tr.get("cost") else ""
         lines.append(f"- **Training** {tr['total_tokens']:.3g} tokens: {tr['time_to_train_days']:.1f} days, "
-                     f"{tr['gpu_hours']:,.0f} GPU-hours{cost}.")
+                     f"{tr['gpu_hours']:,.0f} GPU-hours.")
+    if data.get("cost"):
+        from .output import cost_text
+        text = cost_text(data["cost"])
+        lines.append(f"- **Cost** {text[len('cost '):]}.")
     s = data["search"]
     lines.append(f"- **Search**: {s['layouts_in_space']:,} layouts in the space, {s['layouts_satisfying_rules']:,} "
                  f"satisfy the framework's rules, {s['layouts_scored']:,} scored, {s['layouts_fitting']:,} fit "
                  f"({s['method']}).")
+    if data.get("defaults_used"):
+        lines += ["", "Defaults used: " + "; ".join(data["defaults_used"]) + "."]
+    lines += ["", "## Is this a good use of the cluster?", ""]
+    if data.get("warnings"):
+        lines += ["Each warning names what limits the plan and a fix; where a number is given the fix was "
+                  "planned (or re-estimated) with the change applied.", ""]
+        for w in data["warnings"]:
+            lines.append(f"- **{w['kind']}**: {w['message']}." + (f" Suggestion: {w['suggestion']}." if w.get("suggestion") else ""))
+    else:
+        lines.append("No warning: MFU, micro-batches per pipeline stage, tokens per GPU, exposed communication "
+                     "and the time spent to fit in memory are all within the planner's thresholds.")
     if data.get("why"):
         lines += ["", "## Why this layout", "", "Each line changes one knob of the plan and re-estimates:", ""]
         lines += [f"- {w}" for w in data["why"]]
@@ -186,6 +200,19 @@ def render_report(data: dict, figures: dict) -> str:
                   f"imports) and Megatron-DeepSpeed at commit `{req['megatron_deepspeed_commit'][:8]}`. "
                   "(later commits break grouped-query attention and rotary embeddings). "
                   "Fill in the data, checkpoint and tokenizer paths at the top of the script."]
+        sch = data.get("schedule")
+        if sch:
+            if sch["from_tokens"]:
+                iters = (f"`--train-iters {sch['train_iters']:,}`: the token budget over "
+                         f"{sch['tokens_per_step']:,} tokens per step, rounded up")
+            else:
+                iters = (f"`--train-iters {sch['train_iters']:,}` is a placeholder (no token budget was given: "
+                         "`--tokens` sets it)")
+            lines += ["", f"Training length and learning rate: {iters}. The learning-rate schedule written is "
+                      f"a **default to review**, not tuned for this model: {sch['decay_style']} decay from "
+                      f"{sch['lr']} to {sch['min_lr']} over the training iterations after "
+                      f"{sch['warmup_iters']:,} warm-up iterations, weight decay {sch['weight_decay']}, Adam "
+                      f"betas {sch['adam_beta1']} / {sch['adam_beta2']}."]
         if data.get("env"):
             lines.append("Environment for every rank (also in `.deepspeed_env` for multi-node runs): "
                          + ", ".join(f"`{k}={v}`" for k, v in sorted(data["env"].items())) + ".")

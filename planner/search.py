@@ -72,6 +72,9 @@ class PlanResult:
     why: list[str] = field(default_factory=list)
     study: dict | None = None
     candidates: list = field(default_factory=list)   # [tokens/s/GPU, GiB] of scored layouts that fit
+    notes: list = field(default_factory=list)        # defaults and roundings applied to the inputs
+    warnings: list = field(default_factory=list)     # advice.PlanWarning: what limits the plan, the fix
+    currency: str = ""                               # of cluster.price_per_gpu_hour, as the user gave it
 
     @property
     def best(self) -> Plan:

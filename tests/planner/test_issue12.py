@@ -1,0 +1,151 @@
+"""Issue 12: a plan a training lead can act on (units, defaults, schedule, cost, advice, API)."""
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+from planner.cli_plan import parse_tokens
+
+
+def _plan(*args):
+    r = CliRunner().invoke(main, ["plan", *args])
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def _plan_json(*args):
+    return json.loads(_plan(*args, "--json").stdout)
+
+
+# ---- item 2: one unit convention for --global-batch-tokens, targets rounded to whole sequences -----
+
+def test_token_suffixes_are_binary_like_the_default():
+    assert parse_tokens("1M") == 2**20 and parse_tokens("4Mi") == 4 * 2**20
+    assert parse_tokens("512K") == 512 * 2**10 and parse_tokens("512ki") == 512 * 2**10
+    assert parse_tokens("4194304") == 4194304 and parse_tokens("4e6") == 4e6
+
+
+def test_typing_the_documented_default_gives_the_default_result():
+    base = ["--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1"]
+    default = _plan_json(*base)
+    typed = _plan_json(*base, "--global-batch-tokens", "1M-4M")
+    assert typed["layout"] == default["layout"]
+    assert typed["inputs"]["request"]["global_batch_tokens"] == [2**20, 2**22]
+
+
+def test_a_token_target_at_sequence_8192_is_whole_sequences():
+    base = ["--model", "llama3.1-8b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1"]
+    data = _plan_json(*base, "--global-batch-tokens", "16M-16M")
+    assert data["layout"]["global_batch"] == 2048 and data["layout"]["seq_len"] == 8192
+    single = _plan_json(*base, "--global-batch-tokens", "4M")
+    assert single["layout"]["global_batch"] == 512
+
+
+def test_a_decimal_target_is_rounded_to_the_nearest_whole_sequence_and_said():
+    base = ["--model", "llama3.1-8b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1"]
+    r = _plan(*base, "--global-batch-tokens", "4e6-4e6")
+    assert "488 sequences of 8192 = 3,997,696 tokens (rounded to the nearest whole number of sequences)" \
+        in r.stdout
+    data = _plan_json(*base, "--global-batch-tokens", "4e6")
+    assert data["layout"]["global_batch"] == 488
+
+
+# ---- item 3: Hugging Face sequence length, Qwen2 QKV bias ------------------------------------------
+
+QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+         "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
+         "num_hidden_layers": 28, "vocab_size": 152064, "max_position_embeddings": 131072,
+         "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False}
+
+
+@pytest.fixture
+def qwen2(tmp_path):
+    path = tmp_path / "qwen2-7b" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(QWEN2))
+    return str(path)
+
+
+def test_hf_config_trains_at_4096_not_max_position_and_says_so(qwen2):
+    base = ["--model", qwen2, "--cluster", "H100-SXM", "--gpus", "16", "--top", "1"]
+    r = _plan(*base)
+    assert "seq 4096" in r.stdout
+    assert "sequence length 4096 (min(max_position_embeddings 131,072, 4096)" in r.stdout
+    data = _plan_json(*base)
+    assert data["layout"]["seq_len"] == 4096
+    assert any("max_position_embeddings 131,072" in d for d in data["defaults_used"])
+    longer = _plan_json(*base, "--seq-len", "8192")
+    assert longer["layout"]["seq_len"] == 8192
+
+
+def test_hf_config_case_file_uses_the_training_length(qwen2, tmp_path):
+    from planner.api import estimate
+
+    res = estimate(model=qwen2, cluster="H100-SXM", parallel={"tp": 4, "pp": 1, "dp": 2})
+    assert res.case.layout.seq_len == 4096
+    assert any("seq_len = 4096" in d for d in res.defaults)
+
+
+def test_qwen2_qkv_bias_is_not_dropped_silently(qwen2):
+    data = _plan_json("--model", qwen2, "--cluster", "H100-SXM", "--gpus", "16", "--top", "1")
+    model_warnings = [w for w in data["warnings"] if w["kind"] == "model"]
+    assert model_warnings and "query/key/value" in model_warnings[0]["message"]
+    assert "--disable-bias-linear" in model_warnings[0]["message"]
+
+
+# ---- item 4: --train-iters from --tokens, the schedule stated in report.md --------------------------
+
+def test_train_iters_follow_the_token_budget_and_the_report_names_the_schedule(tmp_path):
+    out = tmp_path / "job"
+    data = _plan_json("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512",
+                      "--tokens", "3e11", "--out", str(out))
+    tokens_per_step = data["layout"]["global_batch"] * data["layout"]["seq_len"]
+    iters = math.ceil(3e11 / tokens_per_step)
+    assert f"--train-iters {iters}\n" in (out / "launch.sh").read_text()
+    report = (out / "report.md").read_text()
+    assert f"--train-iters {iters:,}" in report and "default to review" in report and "cosine" in report
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["schedule"]["train_iters"] == iters and plan["schedule"]["from_tokens"] is True
+
+
+def test_without_tokens_the_report_says_train_iters_is_a_placeholder(tmp_path):
+    out = tmp_path / "job"
+    _plan("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512", "--out", str(out))
+    report = (out / "report.md").read_text()
+    assert "`--train-iters 100,000` is a placeholder" in report
+
+
+# ---- item 5: price and cost ---------------------------------------------------------------------------
+
+def test_price_per_gpu_hour_prints_the_cost_everywhere(tmp_path):
+    base = ["--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512",
+            "--price-per-gpu-hour", "2.5 USD", "--tokens", "1e11"]
+    r = _plan(*base)
+    assert "cost 20.00 USD per hour (2.50 USD per GPU-hour)" in r.stdout and "USD to train" in r.stdout
+    data = _plan_json(*base)
+    cost = data["cost"]
+    assert cost["currency"] == "USD" and cost["per_hour"] == pytest.approx(20.0)
+    est = data["estimate"]
+    assert cost["to_train"] == pytest.approx(1e11 / est["tokens_per_s"] / 3600 * 20.0)
+    out = tmp_path / "job"
+    _plan(*base, "--out", str(out))
+    assert "**Cost** 20.00 USD per hour" in (out / "report.md").read_text()
+
+
+def test_cost_objective_without_a_price_warns():
+    data = _plan_json("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512",
+                      "--objective", "cost")
+    assert [w["kind"] for w in data["warnings"]].count("cost") == 1
+    assert data["cost"] is None
+    priced = _plan_json("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512",
+                        "--objective", "cost", "--price-per-gpu-hour", "3")
+    assert not [w for w in priced["warnings"] if w["kind"] == "cost"]
+    assert priced["cost"]["per_hour"] == pytest.approx(24.0)
+
+
+def test_bad_price_is_one_line_error():
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--price-per-gpu-hour", "cheap"])
+    assert r.exit_code == 2 and "error: --price-per-gpu-hour" in r.output
