@@ -149,3 +149,68 @@ def test_bad_price_is_one_line_error():
     r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
                                   "--price-per-gpu-hour", "cheap"])
     assert r.exit_code == 2 and "error: --price-per-gpu-hour" in r.output
+
+
+# ---- item 1: the batch scales with the cluster; every poor plan says why and what would help ------
+
+def test_default_batch_range_scales_with_the_cluster():
+    from planner.api import default_batch_tokens
+
+    assert default_batch_tokens(8) == (2**20, 2**22)
+    assert default_batch_tokens(4096) == (2**20, 2**22)
+    assert default_batch_tokens(16384) == (2**22, 2**24)          # 256-1,024 tokens per GPU
+    assert default_batch_tokens(10**6) == (2**24, 2**24)          # capped at 16M tokens
+
+
+def test_405b_on_16k_gpus_searches_a_16m_token_batch():
+    data = _plan_json("--model", "llama3.1-405b", "--cluster", "H100-SXM", "--gpus", "16384", "--top", "1")
+    assert data["inputs"]["request"]["global_batch_tokens"] == [2**22, 2**24]
+    assert any("4M-16M tokens (the default for 16,384 GPUs): 512-2,048 sequences of 8192" in d
+               for d in data["defaults_used"])
+
+
+def test_a_poor_plan_says_what_limits_it_and_the_fix_with_its_effect():
+    args = ["--model", "llama3.1-405b", "--cluster", "H100-SXM", "--gpus", "16384", "--global-batch", "512",
+            "--top", "1"]
+    data = _plan_json(*args)
+    warnings = {w["kind"]: w for w in data["warnings"]}
+    assert {"batch_too_small", "pipeline_bubble", "low_mfu"} <= set(warnings)
+    for w in data["warnings"]:
+        assert {"kind", "message", "suggestion"} <= set(w) and w["message"] and w["suggestion"]
+    small = warnings["batch_too_small"]
+    assert "256 tokens per GPU on 16,384 GPUs" in small["message"]
+    assert small["suggestion"].startswith("global batch 2,048 sequences (16M tokens): MFU ")
+    before, after = small["predicted"]["mfu"]
+    assert after > before and small["predicted"]["fits"]
+    assert f"MFU {before * 100:.1f}% -> {after * 100:.1f}%" in small["suggestion"]
+    # the predicted effect is what planning with that batch gives
+    again = _plan_json(*args[:6], "--global-batch", "2048", "--top", "1")
+    assert again["estimate"]["mfu"] == pytest.approx(after)
+    bubble = warnings["pipeline_bubble"]
+    assert "4 micro-batches through 16 pipeline stages" in bubble["message"]
+    text = _plan(*args).stdout
+    assert "warnings:" in text and "! batch_too_small:" in text and "-> global batch 2,048 sequences" in text
+
+
+def test_poor_plan_warnings_reach_the_report(tmp_path):
+    out = tmp_path / "job"
+    _plan("--model", "llama3.1-405b", "--cluster", "H100-SXM", "--gpus", "16384", "--global-batch", "512",
+          "--top", "1", "--out", str(out))
+    report = (out / "report.md").read_text()
+    assert "## Is this a good use of the cluster?" in report and "**batch_too_small**" in report
+
+
+def test_fewer_gpus_advice_is_a_real_replan():
+    from planner import plan as api_plan
+
+    res = api_plan("llama3.1-405b", "H100-SXM", gpus=16384, global_batch=512, top_k=1)
+    fewer = [w for w in res.warnings if w.kind == "fewer_gpus"]
+    assert fewer, [str(w) for w in res.warnings]
+    n2 = int(fewer[0].predicted["change"].split()[0].replace(",", ""))
+    small = api_plan("llama3.1-405b", "H100-SXM", gpus=n2, global_batch=512, top_k=1, advice=False)
+    assert small.best.estimate.mfu == pytest.approx(fewer[0].predicted["mfu"][1])
+
+
+def test_a_good_plan_has_no_warnings():
+    data = _plan_json("--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1")
+    assert data["warnings"] == []
