@@ -11,6 +11,7 @@ from costmodels.estimate import estimate as _estimate
 from costmodels.types import Estimate
 from costmodels.units import GiB, HOUR
 
+from .advice import PlanWarning
 from .specs import Case, case_from_dict, load_case
 
 FLOP_FORMULA = ("model FLOPs = 3 x forward: 2 FLOP per matmul weight per token (layers + output layer) "
@@ -24,6 +25,7 @@ class EstimateResult:
     estimate: Estimate
     total_tokens: float = 0.0
     defaults: tuple[str, ...] = field(default=())
+    warnings: tuple = field(default=())        # advice.PlanWarning: model notes, broken framework rules
 
     @property
     def time_to_train_s(self) -> float | None:
@@ -41,8 +43,10 @@ class EstimateResult:
         return None if hours is None or not price else hours * price
 
     def to_dict(self) -> dict:
-        return estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
-                             self.total_tokens, self.defaults)
+        out = estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
+                            self.total_tokens, self.defaults)
+        out["warnings"] = [w.to_dict() for w in self.warnings]
+        return out
 
 
 def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
@@ -109,7 +113,25 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
     tokens = total_tokens if total_tokens is not None else case_obj.training.total_tokens
-    return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults)
+    return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults,
+                          tuple(PlanWarning(*w) for w in case_obj.warnings) + rule_warnings(case_obj))
+
+
+def rule_warnings(case) -> tuple:
+    """A layout that breaks its target framework's rules is still estimated; each broken rule becomes a
+    `framework_rule` warning naming it. Cost-model frameworks without a rule profile (torchtitan, ...)
+    have no such rules."""
+    from costmodels.errors import UnknownPresetError
+    from search_spaces.frameworks import framework_violations, load_profile
+
+    try:
+        profile = load_profile(case.framework.name)
+    except UnknownPresetError:
+        return ()
+    return tuple(PlanWarning("framework_rule", f"the layout breaks the {profile.name} rule '{rule.name}': {msg}",
+                             (f"{hint}; the planner never proposes this layout" if hint
+                              else "the planner never proposes this layout"))
+                 for rule, msg, hint in framework_violations(case.model, case.cluster, case.layout, profile))
 
 
 DEFAULT_BATCH_TOKENS = (2.0**20, 2.0**22)    # 1M-4M tokens per step on up to 4,096 GPUs

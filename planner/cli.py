@@ -78,6 +78,10 @@ def estimate(case, as_json, tokens):
              f"({c.cluster.gpus_per_node} per node, framework {c.framework.name})")
     click.echo(estimate_text(title, c.layout, result.estimate, total_tokens=result.total_tokens,
                              price=c.cluster.price_per_gpu_hour, defaults=result.defaults))
+    if result.warnings:
+        from .output import warning_lines
+        click.echo("\n  warnings:")
+        click.echo("\n".join(f"    {w}" for w in warning_lines(result.warnings)))
 
 
 @main.command()

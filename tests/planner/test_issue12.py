@@ -214,3 +214,39 @@ def test_fewer_gpus_advice_is_a_real_replan():
 def test_a_good_plan_has_no_warnings():
     data = _plan_json("--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1")
     assert data["warnings"] == []
+
+
+# ---- item 8: estimate a layout that breaks the target's rules, and name the rule -----------------
+
+CASE_SP = {"model": "llama2-7b", "cluster": {"gpu": "H100-SXM", "num_gpus": 8, "gpus_per_node": 8},
+           "parallel": {"tp": 2, "pp": 1, "dp": 4, "micro_batch": 2, "global_batch": 512,
+                        "sequence_parallel": True}}
+
+
+def test_estimate_names_the_framework_rule_a_layout_breaks(tmp_path):
+    import yaml
+
+    case = tmp_path / "case.yaml"
+    case.write_text(yaml.safe_dump(CASE_SP))
+    r = CliRunner().invoke(main, ["estimate", str(case), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["step_time_s"] > 0
+    [w] = data["warnings"]
+    assert w["kind"] == "framework_rule" and "'mds-no-sequence-parallel'" in w["message"]
+    assert w["suggestion"].startswith("sequence_parallel could be false")
+    text = CliRunner().invoke(main, ["estimate", str(case)]).stdout
+    assert "! framework_rule: the layout breaks the megatron-deepspeed rule 'mds-no-sequence-parallel'" in text
+    # the same layout under Megatron-LM's rules breaks none of them
+    lm = dict(CASE_SP, framework="megatron-lm")
+    from planner.api import estimate
+    assert not estimate(lm).warnings
+
+
+def test_the_shipped_example_keeps_its_framework_rules():
+    from pathlib import Path
+
+    from planner.api import estimate
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "llama2-7b-h100.yaml"
+    assert estimate(str(example)).warnings == ()
