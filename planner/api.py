@@ -42,6 +42,11 @@ class EstimateResult:
         price = self.case.cluster.price_per_gpu_hour
         return None if hours is None or not price else hours * price
 
+    def __repr__(self) -> str:
+        c = self.case
+        return (f"EstimateResult({c.model.name} on {c.layout.world} x {c.cluster.gpu.name}, "
+                f"{c.framework.name}: {self.estimate!r}; {len(self.warnings)} warnings)")
+
     def to_dict(self) -> dict:
         out = estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
                             self.total_tokens, self.defaults)
@@ -52,34 +57,8 @@ class EstimateResult:
 def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
                   defaults=()) -> dict:
     """The JSON shape of `planner estimate --json` (also used inside plan.json)."""
-    mem = {k: getattr(est.memory, k) for k in est.memory.__dataclass_fields__}
-    mem.update(allocated=est.memory.allocated, reserved=est.memory.reserved, total=est.memory.total)
-    time = {k: getattr(est.time, k) for k in est.time.__dataclass_fields__}
-    time["step"] = est.time.step
-    out = {
-        "step_time_s": est.step_time_s,
-        "tokens_per_s": est.tokens_per_s,
-        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
-        "model_tflops_per_gpu": est.model_flop_per_s_per_gpu / 1e12,
-        "mfu": est.mfu,
-        "hfu": est.hfu,
-        "peak_memory_bytes": est.peak_memory_bytes,
-        "peak_memory_gib": est.peak_memory_bytes / GiB,
-        "hbm_bytes": est.hbm_bytes,
-        "headroom_bytes": est.headroom_bytes,
-        "fits": est.fits,
-        "host_memory_fits": est.host_fits,
-        "num_gpus": est.num_gpus,
-        "tokens_per_step": est.tokens_per_step,
-        "model_flop_per_step": est.model_flop_per_step,
-        "hardware_flop_per_step": est.hardware_flop_per_step,
-        "flop_formula": FLOP_FORMULA,
-        "memory_breakdown_bytes": mem,
-        "time_breakdown_s": time,
-        "stage_layers": list(est.stage_layers),
-        "framework": framework,
-        "defaults_used": list(defaults),
-    }
+    out = est.to_dict()
+    out.update(flop_formula=FLOP_FORMULA, framework=framework, defaults_used=list(defaults))
     if total_tokens:
         seconds = est.time_to_train_s(total_tokens)
         out["training"] = {

@@ -28,8 +28,8 @@ def _run(fn, *args, **kwargs):
         raise CLIError("interrupted; nothing was written") from None
 
 
-def _dump(obj) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default)
+def _dump(obj, sort_keys: bool = True) -> str:
+    return json.dumps(obj, indent=2, sort_keys=sort_keys, default=_json_default)
 
 
 def _json_default(o):

@@ -154,7 +154,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
 
     result, written = _run(work)
     if as_json:
-        click.echo(_dump(plan_to_dict(result)))
+        click.echo(_dump(plan_to_dict(result), sort_keys=False))   # reading order, see plan_to_dict
     else:
         click.echo(plan_text(result))
         if written:
@@ -169,18 +169,27 @@ for _name, _help in KNOB_OPTIONS:
 @click.argument("plan_json", type=click.Path())
 @click.option("--out", type=click.Path(), default=None, help="Write report.md and figures here (default: print).")
 @click.option("--force", is_flag=True, help="Replace files in --out.")
-def explain(plan_json, out, force):
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object (reading order).")
+def explain(plan_json, out, force, as_json):
     """Re-render the report of a plan.json."""
-    from .cli import _run
+    from .cli import _dump, _run
     from .emit.plan_file import load_plan_json
     from .report import render_report
 
     def work():
         data = load_plan_json(plan_json)
+        if as_json:
+            return data
         if out:
             from .emit.writer import write_report_dir
             return write_report_dir(data, out, force=force)
         return render_report(data, figures={})
 
     text = _run(work)
+    if as_json:
+        order = ("inputs", "defaults_used", "layout", "estimate", "cost", "warnings", "why", "runner_ups", "pareto")
+        data = {k: text[k] for k in order if k in text}
+        data.update({k: v for k, v in text.items() if k not in data})
+        click.echo(_dump(data, sort_keys=False))
+        return
     click.echo(text if not out else f"wrote {text}")

@@ -84,23 +84,25 @@ def warning_lines(warnings) -> list[str]:
 
 
 def plan_to_dict(result) -> dict:
+    """Keys in reading order (inputs, layout, estimate, warnings, alternatives, then bulk data);
+    `planner plan --json` keeps this order, plan.json is written with sorted keys."""
     best = result.best
     return {
-        "layout": layout_dict(best.layout),
-        "warnings": [w.to_dict() for w in result.warnings],
+        "inputs": inputs_dict(result),
         "defaults_used": list(result.notes),
-        "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,
-                          result.request.total_tokens),
+        "layout": layout_dict(best.layout),
         "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
                                   result.cluster.price_per_gpu_hour, result.request.total_tokens),
+        "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,
+                          result.request.total_tokens),
+        "warnings": [w.to_dict() for w in result.warnings],
+        "why": result.why,
         "runner_ups": [plan_entry(p, result) for p in result.runner_ups],
         "pareto": [plan_entry(p, result) for p in result.pareto],
-        "why": result.why,
         "search": {"method": result.method, "layouts_in_space": result.considered,
                    "layouts_checked": result.checked,
                    "layouts_satisfying_rules": result.lattice, "layouts_scored": result.scored,
                    "layouts_fitting": result.fitting, "study": result.study},
-        "inputs": inputs_dict(result),
         "candidates": result.candidates,
     }
 

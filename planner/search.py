@@ -52,6 +52,18 @@ class Plan:
     estimate: Estimate
     objective: tuple[float, ...]
 
+    def to_dict(self) -> dict:
+        """rank, layout (plan.json keys), estimate (Estimate.to_dict) and objective values."""
+        from .output import layout_dict
+
+        return {"rank": self.rank, "layout": layout_dict(self.layout), "estimate": self.estimate.to_dict(),
+                "objective": [float(v) for v in self.objective]}
+
+    def __repr__(self) -> str:
+        from .text import layout_line
+
+        return f"Plan(#{self.rank}: {layout_line(self.layout)}; {self.estimate!r})"
+
 
 @dataclass
 class PlanResult:
@@ -83,6 +95,29 @@ class PlanResult:
     @property
     def runner_ups(self) -> list[Plan]:
         return self.plans[1:]
+
+    def to_dict(self) -> dict:
+        """The JSON object of `planner plan --json` (plan.json without the emitted job)."""
+        from .output import plan_to_dict
+
+        return plan_to_dict(self)
+
+    def write(self, out, force: bool = False, launcher: str = "deepspeed"):
+        """Write the job directory (launch.sh, ds_config.json, plan.json, report.md, figures) to `out`,
+        atomically; an existing `out` is replaced only with `force`. Returns its path."""
+        from .emit.writer import write_plan
+        from .output import check_out_dir
+
+        check_out_dir(out, force)
+        return write_plan(self, out, force=force, launcher=launcher)
+
+    def __repr__(self) -> str:
+        head = (f"PlanResult({self.model.name} on {self.cluster.num_gpus} x {self.cluster.gpu.name}, "
+                f"{self.profile.name}: ")
+        if not self.plans:
+            return head + "no plan)"
+        return (head + f"best {self.best!r}; {len(self.runner_ups)} runner-ups, "
+                f"{len(self.warnings)} warnings, {self.fitting:,} fitting layouts of {self.lattice:,})")
 
 
 # ---- helpers -----------------------------------------------------------------------------------

@@ -250,3 +250,44 @@ def test_the_shipped_example_keeps_its_framework_rules():
 
     example = Path(__file__).resolve().parents[2] / "examples" / "llama2-7b-h100.yaml"
     assert estimate(str(example)).warnings == ()
+
+
+# ---- items 10 and 11: a complete Python API; JSON in reading order ------------------------------
+
+def test_python_api_to_dict_repr_version_and_write(tmp_path):
+    import planner
+
+    assert planner.__version__ and planner.__version__[0].isdigit()
+    res = planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=512, top_k=2)
+    d = res.to_dict()
+    json.dumps(d)                                        # plain Python values only
+    assert d["layout"]["tp"] == res.best.layout.tp and d["warnings"] == []
+    p = res.best.to_dict()
+    json.dumps(p)
+    assert p["estimate"]["step_time_s"] == pytest.approx(res.best.estimate.step_time_s)
+    e = res.best.estimate.to_dict()
+    assert e["mfu"] == pytest.approx(res.best.estimate.mfu) and "time_breakdown_s" in e
+    assert repr(res).startswith("PlanResult(gpt-1.7b on 8 x H100-SXM, megatron-deepspeed: best Plan(#1: tp ")
+    assert "MFU" in repr(res.best.estimate) and len(repr(res)) < 600
+    out = planner.write_job(res, tmp_path / "job")
+    assert (out / "launch.sh").exists() and (out / "plan.json").exists() and (out / "report.md").exists()
+    from costmodels.errors import SpecError
+    with pytest.raises(SpecError, match="already exists"):
+        res.write(tmp_path / "job")                      # exists, no force
+    res.write(tmp_path / "job", force=True)
+    est = planner.estimate(model="gpt-1.7b", cluster="H100-SXM", parallel={"tp": 1, "pp": 1, "dp": 8})
+    assert repr(est).startswith("EstimateResult(gpt-1.7b on 8 x H100-SXM")
+    json.dumps(est.to_dict())
+
+
+def test_plan_json_and_explain_json_read_in_order(tmp_path):
+    out = tmp_path / "job"
+    r = _plan("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512", "--json",
+              "--out", str(out))
+    keys = list(json.loads(r.stdout))
+    assert keys[:6] == ["inputs", "defaults_used", "layout", "estimate", "cost", "warnings"]
+    assert keys[-1] == "candidates"
+    e = CliRunner().invoke(main, ["explain", str(out / "plan.json"), "--json"])
+    assert e.exit_code == 0, e.output
+    ekeys = list(json.loads(e.stdout))
+    assert ekeys[:4] == ["inputs", "defaults_used", "layout", "estimate"]
