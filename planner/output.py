@@ -21,7 +21,7 @@ def layout_dict(layout) -> dict:
 
 
 def plan_entry(p, result) -> dict:
-    return {"rank": p.rank, "layout": layout_dict(p.layout),
+    return {"rank": p.rank, "family": p.family, "layout": layout_dict(p.layout),
             "estimate": estimate_dict(p.estimate, result.profile.cost_framework,
                                       result.cluster.price_per_gpu_hour, result.request.total_tokens),
             "objective": list(p.objective)}
@@ -129,9 +129,9 @@ def plan_text(result) -> str:
     if result.warnings:
         lines += ["", "warnings:"] + [f"  {w}" for w in warning_lines(result.warnings)]
     if result.runner_ups:
-        lines += ["", "runner-ups:"]
+        lines += ["", "runner-ups (the best of each other family of layouts, then other structures):"]
         for p in result.runner_ups:
-            lines.append(f"  {p.rank}. {layout_line(p.layout)}  {fmt_seconds(p.estimate.step_time_s)}  "
+            lines.append(f"  {p.rank}. [{p.family}] {layout_line(p.layout)}  {fmt_seconds(p.estimate.step_time_s)}  "
                          f"{p.estimate.step_time_s / p.estimate.tokens_per_step / (e.step_time_s / e.tokens_per_step) * 100 - 100:+.1f}%  "
                          f"{fmt_bytes(p.estimate.memory.total)}")
     if result.why:

@@ -67,11 +67,19 @@ def render_figures(data: dict, result=None) -> dict[str, bytes]:
     fig.tight_layout()
     figs["time.png"] = _fig_bytes(fig)
 
-    rows = [("best", est)] + [(f"#{r['rank']}", r["estimate"]) for r in data.get("runner_ups", [])]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.bar([r[0] for r in rows], [r[1]["tokens_per_s_per_gpu"] for r in rows], color="tab:green")
+    rows = [("best\n" + _short_layout(data["layout"]), est)] + \
+        [(f"#{r['rank']} {r.get('family', '')}\n{_short_layout(r['layout'])}", r["estimate"])
+         for r in data.get("runner_ups", [])]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    values = [r[1]["tokens_per_s_per_gpu"] for r in rows]
+    bars = ax.bar(range(len(rows)), values, color=["tab:blue"] + ["tab:green"] * (len(rows) - 1))
+    for bar, r in zip(bars, rows):
+        ax.annotate(f"{r[1]['tokens_per_s_per_gpu']:,.0f}\nMFU {r[1]['mfu'] * 100:.1f}%",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(rows)), [r[0] for r in rows], fontsize=6)
+    ax.set_ylim(0, max(values) * 1.25)
     ax.set_ylabel("tokens/s per GPU")
-    ax.set_title("Best layout and runner-ups")
+    ax.set_title("Best layout and the best of other families")
     fig.tight_layout()
     figs["layouts.png"] = _fig_bytes(fig)
 
@@ -104,6 +112,17 @@ def _front(cand):
             out.append((tps, mem))
             best = tps
     return out
+
+
+def _short_layout(l: dict) -> str:
+    """What distinguishes layouts, in a few words (figure labels)."""
+    parts = [f"tp{l['tp']} pp{l['pp']} dp{l['dp']}" + (f" cp{l['cp']}" if l["cp"] > 1 else ""),
+             f"mb{l['micro_batch']} Z{l['zero_stage']}"]
+    if l["recompute"] != "none":
+        parts[-1] += f" rc-{l['recompute']}"
+    if l["offload_optimizer"] != "none" or l["offload_params"] != "none":
+        parts.append("offload")
+    return "\n".join(parts)
 
 
 def _layout_text(l: dict) -> str:
@@ -167,11 +186,19 @@ def render_report(data: dict, figures: dict) -> str:
         lines += ["", "## Why this layout", "", "Each line changes one knob of the plan and re-estimates:", ""]
         lines += [f"- {w}" for w in data["why"]]
     if data.get("runner_ups"):
-        lines += ["", "## Runner-ups", "", "| # | layout | step | tokens/s/GPU | memory |", "|---|---|---|---|---|"]
+        lines += ["", "## Alternatives", "",
+                  "The best layout of each other family (a tp / pp split, ZeRO-3, offload, context parallel), "
+                  "then the next best with another structure; ties within 0.01% go to the simpler layout "
+                  "(fewer moving parts, then the lower ZeRO stage, then less memory).", "",
+                  "| # | family | layout | step | tokens/s/GPU | MFU | vs best | memory |",
+                  "|---|---|---|---|---|---|---|---|"]
+        best_tpg = est["tokens_per_s_per_gpu"]
         for r in data["runner_ups"]:
             e = r["estimate"]
-            lines.append(f"| {r['rank']} | {_layout_text(r['layout'])} | {fmt_seconds(e['step_time_s'])} | "
-                         f"{e['tokens_per_s_per_gpu']:,.0f} | {fmt_bytes(e['peak_memory_bytes'])} |")
+            lines.append(f"| {r['rank']} | {r.get('family', '')} | {_layout_text(r['layout'])} | "
+                         f"{fmt_seconds(e['step_time_s'])} | {e['tokens_per_s_per_gpu']:,.0f} | "
+                         f"{e['mfu'] * 100:.1f}% | {(e['tokens_per_s_per_gpu'] / best_tpg - 1) * 100:+.1f}% | "
+                         f"{fmt_bytes(e['peak_memory_bytes'])} |")
     lines += ["", "## Memory per GPU", "", "| part | GiB |", "|---|---|"]
     for k, label in MEMORY_LABELS.items():
         v = est["memory_breakdown_bytes"].get(k, 0)

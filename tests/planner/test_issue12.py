@@ -291,3 +291,55 @@ def test_plan_json_and_explain_json_read_in_order(tmp_path):
     assert e.exit_code == 0, e.output
     ekeys = list(json.loads(e.stdout))
     assert ekeys[:4] == ["inputs", "defaults_used", "layout", "estimate"]
+
+
+# ---- item 6: structurally different alternatives; ties to the simpler layout ---------------------
+
+def test_runner_ups_are_the_best_of_other_families():
+    from planner import plan as api_plan
+    from planner.search import family_codes, family_label
+
+    res = api_plan("llama2-7b", "H100-SXM", gpus=8, top_k=5, advice=False)
+    fams = [p.family for p in res.plans]
+    assert len(set(fams)) == len(fams) == 5                       # one plan per family here
+    assert "ZeRO-3" in fams
+    objs = [p.objective[0] for p in res.plans]
+    assert objs == sorted(objs)                                   # still best first
+    for p in res.plans:
+        cols = {k: [getattr(p.layout, k) if k not in ("offload_optimizer", "offload_params")
+                    else getattr(p.layout, k).code] for k in ("tp", "pp", "cp", "zero", "offload_optimizer",
+                                                               "offload_params")}
+        assert family_label(family_codes(cols)[0]) == p.family
+    # no runner-up is the winner again with only another batch or gradient dtype
+    b = res.best.layout
+    for p in res.runner_ups:
+        l = p.layout
+        assert (l.tp, l.pp, l.cp, l.zero, l.mbs, l.recompute, l.offload_optimizer) != \
+            (b.tp, b.pp, b.cp, b.zero, b.mbs, b.recompute, b.offload_optimizer)
+
+
+def test_ties_go_to_the_simpler_layout_then_the_lower_zero_stage():
+    import numpy as np
+
+    from planner.search import KNOBS, _rank
+
+    base = {k: np.zeros(4, dtype=np.int64) for k in KNOBS}
+    for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs", "seq_len"):
+        base[k][:] = 1
+    base["zero"][:] = [2, 1, 1, 3]
+    base["grad_comm"][:] = [0, 1, 0, 0]            # row 1: compressed gradients (a moving part)
+    base["offload_optimizer"][:] = [0, 0, 0, 0]
+
+    class Est:
+        peak_memory_bytes = np.array([1.0, 1.0, 2.0, 0.5])
+        headroom_bytes = 10.0 - peak_memory_bytes
+
+    values = np.array([1.0, 1.0, 1.00001, 1.0])    # all within the 0.01% tie
+    order = list(_rank(base, Est, values, 4))
+    assert order == [2, 0, 3, 1]                   # plain ZeRO-1, ZeRO-2, ZeRO-3, then compressed comm
+
+    class Tight(Est):                              # ZeRO-1 would leave under 10% of the memory free
+        peak_memory_bytes = np.array([1.0, 1.0, 9.5, 0.5])
+        headroom_bytes = 10.0 - peak_memory_bytes
+
+    assert list(_rank(base, Tight, values, 4)) == [0, 3, 1, 2]
