@@ -28,6 +28,14 @@ class EstimateResult:
     warnings: tuple = field(default=())        # advice.PlanWarning: model notes, broken framework rules
 
     @property
+    def hidden_comm(self) -> dict[str, float]:
+        """Communication hidden behind compute, seconds per step by part (not in the step time)."""
+        from .breakdown import hidden_communication
+
+        c = self.case
+        return hidden_communication(c.model, c.cluster, c.framework, c.layout, self.estimate)
+
+    @property
     def time_to_train_s(self) -> float | None:
         return self.estimate.time_to_train_s(self.total_tokens) if self.total_tokens else None
 
@@ -49,16 +57,19 @@ class EstimateResult:
 
     def to_dict(self) -> dict:
         out = estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
-                            self.total_tokens, self.defaults)
+                            self.total_tokens, self.defaults, self.hidden_comm)
         out["warnings"] = [w.to_dict() for w in self.warnings]
         return out
 
 
 def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
-                  defaults=()) -> dict:
-    """The JSON shape of `planner estimate --json` (also used inside plan.json)."""
+                  defaults=(), hidden: dict | None = None) -> dict:
+    """The JSON shape of `planner estimate --json` (also used inside plan.json). `hidden`: seconds of
+    communication per step hidden behind compute (planner.breakdown), beside the exposed parts."""
     out = est.to_dict()
     out.update(flop_formula=FLOP_FORMULA, framework=framework, defaults_used=list(defaults))
+    if hidden is not None:
+        out["hidden_comm_s"] = dict(hidden)
     if total_tokens:
         seconds = est.time_to_train_s(total_tokens)
         out["training"] = {

@@ -77,7 +77,8 @@ def estimate(case, as_json, tokens):
     title = (f"{c.model.name} on {c.layout.world} x {c.cluster.gpu.name} "
              f"({c.cluster.gpus_per_node} per node, framework {c.framework.name})")
     click.echo(estimate_text(title, c.layout, result.estimate, total_tokens=result.total_tokens,
-                             price=c.cluster.price_per_gpu_hour, defaults=result.defaults))
+                             price=c.cluster.price_per_gpu_hour, defaults=result.defaults,
+                             hidden=result.hidden_comm))
     if result.warnings:
         from .output import warning_lines
         click.echo("\n  warnings:")

@@ -10,7 +10,7 @@ from costmodels.params import total_params
 from costmodels.units import fmt_bytes, fmt_seconds
 
 from .api import estimate_dict
-from .text import layout_line
+from .text import comm_summary, layout_line
 
 LAYOUT_KEYS = {"mbs": "micro_batch", "gbs": "global_batch", "zero": "zero_stage"}
 
@@ -83,6 +83,15 @@ def warning_lines(warnings) -> list[str]:
     return out
 
 
+def best_hidden_comm(result) -> dict:
+    from costmodels import catalog
+
+    from .breakdown import hidden_communication
+
+    fw = catalog.load_framework(result.profile.cost_framework)
+    return hidden_communication(result.model, result.cluster, fw, result.best.layout, result.best.estimate)
+
+
 def plan_to_dict(result) -> dict:
     """Keys in reading order (inputs, layout, estimate, warnings, alternatives, then bulk data);
     `planner plan --json` keeps this order, plan.json is written with sorted keys."""
@@ -92,7 +101,8 @@ def plan_to_dict(result) -> dict:
         "defaults_used": list(result.notes),
         "layout": layout_dict(best.layout),
         "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
-                                  result.cluster.price_per_gpu_hour, result.request.total_tokens),
+                                  result.cluster.price_per_gpu_hour, result.request.total_tokens,
+                                  hidden=best_hidden_comm(result)),
         "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,
                           result.request.total_tokens),
         "warnings": [w.to_dict() for w in result.warnings],
@@ -116,7 +126,8 @@ def plan_text(result) -> str:
              f"{result.seconds:.2f} s)", "",
              "  " + layout_line(best.layout),
              f"  step {fmt_seconds(e.step_time_s)}  {e.tokens_per_s_per_gpu:,.0f} tokens/s/GPU  "
-             f"MFU {e.mfu * 100:.1f}%  memory {fmt_bytes(e.memory.total)} of {fmt_bytes(e.hbm_bytes)}"]
+             f"MFU {e.mfu * 100:.1f}%  memory {fmt_bytes(e.memory.total)} of {fmt_bytes(e.hbm_bytes)}",
+             "  time: " + comm_summary(e, best_hidden_comm(result))]
     if result.request.total_tokens:
         t = e.time_to_train_s(result.request.total_tokens)
         lines.append(f"  {result.request.total_tokens:.3g} tokens: {fmt_seconds(t)}, "

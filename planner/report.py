@@ -6,6 +6,7 @@ import io
 
 from costmodels.units import GiB, fmt_bytes, fmt_seconds
 
+from .breakdown import HIDDEN_LABELS
 from .text import MEMORY_LABELS, TIME_LABELS
 
 SOURCES = [
@@ -58,11 +59,22 @@ def render_figures(data: dict, result=None) -> dict[str, bytes]:
     figs["memory.png"] = _fig_bytes(fig)
 
     t = est["time_breakdown_s"]
+    hidden = est.get("hidden_comm_s") or {}
     keys = [k for k in TIME_LABELS if t.get(k, 0) > 1e-9]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.barh([TIME_LABELS[k] for k in keys], [t[k] for k in keys], color="tab:blue")
+    labels = [TIME_LABELS[k] for k in keys] + [HIDDEN_LABELS[k] for k in hidden]
+    values = [t[k] for k in keys] + list(hidden.values())
+    fig, ax = plt.subplots(figsize=(6, 3.2 + 0.2 * len(hidden)))
+    bars = ax.barh(labels, values, color=["tab:blue"] * len(keys) + ["white"] * len(hidden),
+                   edgecolor=["tab:blue"] * len(keys) + ["tab:orange"] * len(hidden))
+    for bar in list(bars)[len(keys):]:
+        bar.set_hatch("//")
+    for i, (bar, v) in enumerate(zip(bars, values)):
+        share = f" ({v / est['step_time_s'] * 100:.1f}%)" if i < len(keys) else " (hidden)"
+        ax.annotate(fmt_seconds(v) + share, (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+                    va="center", fontsize=7, xytext=(2, 0), textcoords="offset points")
     ax.invert_yaxis()
-    ax.set_xlabel("seconds per step")
+    ax.set_xlim(0, max(values) * 1.35)
+    ax.set_xlabel("seconds per step (hatched: hidden behind compute, not in the step)")
     ax.set_title(f"Step time {fmt_seconds(est['step_time_s'])}")
     fig.tight_layout()
     figs["time.png"] = _fig_bytes(fig)
@@ -206,12 +218,14 @@ def render_report(data: dict, figures: dict) -> str:
             lines.append(f"| {label} | {v / GiB:.2f} |")
     if "memory.png" in figures:
         lines += ["", "![memory](memory.png)"]
-    lines += ["", "## Time per step", "", "| part | seconds | share |", "|---|---|---|"]
+    lines += ["", "## Time per step", "", "| part | time per step | share |", "|---|---|---|"]
     step = est["step_time_s"]
     for k, label in TIME_LABELS.items():
         v = est["time_breakdown_s"].get(k, 0)
         if v > 1e-9:
-            lines.append(f"| {label} | {v:.4g} | {v / step * 100:.1f}% |")
+            lines.append(f"| {label} | {fmt_seconds(v)} | {v / step * 100:.1f}% |")
+    for k, v in (est.get("hidden_comm_s") or {}).items():
+        lines.append(f"| {HIDDEN_LABELS[k]} | {fmt_seconds(v)} | overlapped with compute, not in the step |")
     if "time.png" in figures:
         lines += ["", "![time](time.png)"]
     if "layouts.png" in figures:

@@ -343,3 +343,31 @@ def test_ties_go_to_the_simpler_layout_then_the_lower_zero_stage():
         headroom_bytes = 10.0 - peak_memory_bytes
 
     assert list(_rank(base, Tight, values, 4)) == [0, 3, 1, 2]
+
+
+# ---- item 7: overlapped and exposed communication ------------------------------------------------
+
+def test_zero3_plans_show_hidden_communication(tmp_path):
+    out = tmp_path / "job"
+    args = ["--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8", "--zero", "3", "--top", "1"]
+    data = _plan_json(*args)
+    hidden = data["estimate"]["hidden_comm_s"]
+    assert hidden.get("zero_comm", 0) > 0
+    exposed = data["estimate"]["time_breakdown_s"]["zero_comm"]
+    # hidden + exposed = the gathers with no overlap at all (the cost model asked with overlap 0)
+    from dataclasses import fields, replace
+
+    from costmodels import catalog
+    from costmodels.estimate import estimate
+    import planner
+    res = planner.plan("llama2-7b", "H100-SXM", gpus=8, choices={"zero": ["3"]}, top_k=1, advice=False)
+    fw = catalog.load_framework(res.profile.cost_framework)
+    none = replace(fw, **{f.name: 0.0 for f in fields(fw) if "overlap" in f.name})
+    full = estimate(res.model, res.cluster, none, res.best.layout)
+    assert exposed + hidden["zero_comm"] == pytest.approx(full.time.zero_comm)
+    text = _plan(*args).stdout
+    assert "communication hidden behind compute" in text and "exposed communication" in text
+    _plan(*args, "--out", str(out))
+    assert "| ZeRO-3 gathers (hidden) |" in (out / "report.md").read_text()
+    est = CliRunner().invoke(main, ["estimate", str(out / "plan.json")])
+    assert "ZeRO-3 gathers (hidden)" in est.stdout
