@@ -36,6 +36,14 @@ class EstimateResult:
         return hidden_communication(c.model, c.cluster, c.framework, c.layout, self.estimate)
 
     @property
+    def offload_needs(self) -> dict | None:
+        """Host memory / NVMe per node an offload layout needs, with the cluster's (None: no offload)."""
+        from .breakdown import offload_needs
+
+        c = self.case
+        return offload_needs(c.model, c.cluster, c.framework, c.layout)
+
+    @property
     def time_to_train_s(self) -> float | None:
         return self.estimate.time_to_train_s(self.total_tokens) if self.total_tokens else None
 
@@ -57,19 +65,21 @@ class EstimateResult:
 
     def to_dict(self) -> dict:
         out = estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
-                            self.total_tokens, self.defaults, self.hidden_comm)
+                            self.total_tokens, self.defaults, self.hidden_comm, self.offload_needs)
         out["warnings"] = [w.to_dict() for w in self.warnings]
         return out
 
 
 def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
-                  defaults=(), hidden: dict | None = None) -> dict:
+                  defaults=(), hidden: dict | None = None, offload: dict | None = None) -> dict:
     """The JSON shape of `planner estimate --json` (also used inside plan.json). `hidden`: seconds of
     communication per step hidden behind compute (planner.breakdown), beside the exposed parts."""
     out = est.to_dict()
     out.update(flop_formula=FLOP_FORMULA, framework=framework, defaults_used=list(defaults))
     if hidden is not None:
         out["hidden_comm_s"] = dict(hidden)
+    if offload is not None:
+        out["offload_per_node"] = dict(offload)      # planner.breakdown.offload_needs
     if total_tokens:
         seconds = est.time_to_train_s(total_tokens)
         out["training"] = {

@@ -79,6 +79,9 @@ def estimate(case, as_json, tokens):
     click.echo(estimate_text(title, c.layout, result.estimate, total_tokens=result.total_tokens,
                              price=c.cluster.price_per_gpu_hour, defaults=result.defaults,
                              hidden=result.hidden_comm))
+    if result.offload_needs:
+        from .breakdown import offload_text
+        click.echo("\n  " + offload_text(result.offload_needs))
     if result.warnings:
         from .output import warning_lines
         click.echo("\n  warnings:")

@@ -92,6 +92,15 @@ def best_hidden_comm(result) -> dict:
     return hidden_communication(result.model, result.cluster, fw, result.best.layout, result.best.estimate)
 
 
+def best_offload_needs(result) -> dict | None:
+    from costmodels import catalog
+
+    from .breakdown import offload_needs
+
+    fw = catalog.load_framework(result.profile.cost_framework)
+    return offload_needs(result.model, result.cluster, fw, result.best.layout)
+
+
 def plan_to_dict(result) -> dict:
     """Keys in reading order (inputs, layout, estimate, warnings, alternatives, then bulk data);
     `planner plan --json` keeps this order, plan.json is written with sorted keys."""
@@ -102,7 +111,7 @@ def plan_to_dict(result) -> dict:
         "layout": layout_dict(best.layout),
         "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
                                   result.cluster.price_per_gpu_hour, result.request.total_tokens,
-                                  hidden=best_hidden_comm(result)),
+                                  hidden=best_hidden_comm(result), offload=best_offload_needs(result)),
         "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,
                           result.request.total_tokens),
         "warnings": [w.to_dict() for w in result.warnings],
@@ -128,6 +137,10 @@ def plan_text(result) -> str:
              f"  step {fmt_seconds(e.step_time_s)}  {e.tokens_per_s_per_gpu:,.0f} tokens/s/GPU  "
              f"MFU {e.mfu * 100:.1f}%  memory {fmt_bytes(e.memory.total)} of {fmt_bytes(e.hbm_bytes)}",
              "  time: " + comm_summary(e, best_hidden_comm(result))]
+    needs = best_offload_needs(result)
+    if needs:
+        from .breakdown import offload_text
+        lines.append("  " + offload_text(needs))
     if result.request.total_tokens:
         t = e.time_to_train_s(result.request.total_tokens)
         lines.append(f"  {result.request.total_tokens:.3g} tokens: {fmt_seconds(t)}, "

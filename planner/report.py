@@ -171,6 +171,9 @@ def render_report(data: dict, figures: dict) -> str:
                  f"model TFLOP/s per GPU, **MFU {est['mfu'] * 100:.1f}%**.")
     lines.append(f"- **Memory** {fmt_bytes(est['peak_memory_bytes'])} of {fmt_bytes(est['hbm_bytes'])} per GPU "
                  f"(headroom {fmt_bytes(est['headroom_bytes'])}).")
+    if est.get("offload_per_node"):
+        from .breakdown import offload_text
+        lines.append(f"- **Offload**: {offload_text(est['offload_per_node'])[len('offload '):]}.")
     if est.get("training"):
         tr = est["training"]
         lines.append(f"- **Training** {tr['total_tokens']:.3g} tokens: {tr['time_to_train_days']:.1f} days, "

@@ -371,3 +371,30 @@ def test_zero3_plans_show_hidden_communication(tmp_path):
     assert "| ZeRO-3 gathers (hidden) |" in (out / "report.md").read_text()
     est = CliRunner().invoke(main, ["estimate", str(out / "plan.json")])
     assert "ZeRO-3 gathers (hidden)" in est.stdout
+
+
+# ---- item 9: offload plans report host memory / NVMe per node against the cluster's ---------------
+
+def test_offload_reports_host_memory_per_node_and_checks_it():
+    from planner.api import estimate
+
+    case = {"model": "llama2-13b",
+            "cluster": {"gpu": "A100-40GB", "num_gpus": 8, "gpus_per_node": 8, "host_memory": "64 GiB"},
+            "parallel": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 3, "offload_optimizer": "cpu",
+                         "global_batch": 128}}
+    small = estimate(case)
+    needs = small.to_dict()["offload_per_node"]
+    assert needs["host_memory_bytes_per_node"] == 64 * 2**30
+    assert needs["host_bytes_per_node"] > needs["host_memory_bytes_per_node"] and needs["fits"] is False
+    assert not small.estimate.fits
+    big = estimate({**case, "cluster": {**case["cluster"], "host_memory": "2 TiB"}})
+    assert big.to_dict()["offload_per_node"]["fits"] is True
+    assert big.to_dict()["offload_per_node"]["host_bytes_per_node"] == needs["host_bytes_per_node"]
+    plain = estimate({**case, "parallel": {**case["parallel"], "offload_optimizer": "none"}})
+    assert "offload_per_node" not in plain.to_dict()
+
+
+def test_offload_plan_prints_what_the_node_needs():
+    r = _plan("--model", "llama2-13b", "--cluster", "A100-40GB", "--gpus", "8", "--global-batch", "128",
+              "--zero", "3", "--offload-optimizer", "cpu", "--top", "1")
+    assert "offload needs host memory" in r.stdout and "per node of 1.00 TiB (fits)" in r.stdout
