@@ -232,7 +232,9 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         raise SpecError("give either a global batch in sequences or a token range, not both")
     if global_batch is not None and (isinstance(global_batch, bool) or int(global_batch) <= 0):
         raise SpecError(f"global batch must be a positive number of sequences, got {global_batch!r}")
-    notes = []
+    from .specs import alias_note
+
+    notes = [n for n in (alias_note("gpu", cluster), alias_note("model", model)) if n]
     if seq_lens:
         seqs = tuple(int(s) for s in seq_lens)
     else:

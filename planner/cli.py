@@ -114,7 +114,7 @@ def catalog(kind, as_json):
                                  "hidden": m.hidden, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
                                  "seq_len": m.max_seq_len}
             else:
-                entries[name] = {"source": cat.load_framework(name).source.split(";")[0][:80]}
+                entries[name] = {"source": cat.load_framework(name).source.split(";")[0].strip()}
         out[k] = entries
     if as_json:
         click.echo(_dump(out))

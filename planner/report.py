@@ -144,7 +144,7 @@ def _layout_text(l: dict) -> str:
     if l["vpp"] > 1:
         parts.append(f"vpp {l['vpp']}")
     parts += [f"micro batch {l['micro_batch']}", f"global batch {l['global_batch']}", f"seq {l['seq_len']}",
-              f"ZeRO-{l['zero_stage']}", f"recompute {l['recompute']}" + (f" ({l['recompute_layers']} layers per stage)" if l.get("recompute_layers") else ""), l["precision"]]
+              f"ZeRO-{l['zero_stage']}", f"recompute {l['recompute']}" + (f" ({l['recompute_layers']} layer{'s' if l['recompute_layers'] != 1 else ''} per stage)" if l.get("recompute_layers") else ""), l["precision"]]
     if l["sequence_parallel"]:
         parts.append("sequence parallel")
     if l["flash_attention"]:
@@ -258,8 +258,11 @@ def render_report(data: dict, figures: dict) -> str:
                       f"{sch['warmup_iters']:,} warm-up iterations, weight decay {sch['weight_decay']}, Adam "
                       f"betas {sch['adam_beta1']} / {sch['adam_beta2']}."]
         if data.get("env"):
-            lines.append("Environment for every rank (also in `.deepspeed_env` for multi-node runs): "
-                         + ", ".join(f"`{k}={v}`" for k, v in sorted(data["env"].items())) + ".")
+            from .emit.megatron_ds import ENV_REASONS
+            lines.append("Environment for every rank (also in `.deepspeed_env` for multi-node runs, which the "
+                         "deepspeed launcher exports to every node): "
+                         + "; ".join(f"`{k}={v}`" + (f" ({ENV_REASONS[k]})" if k in ENV_REASONS else "")
+                                     for k, v in sorted(data["env"].items())) + ".")
     lines += ["", "## Where the numbers come from", "", est["flop_formula"] + ".", ""]
     lines += [f"- {a}: {b}" for a, b in SOURCES]
     lines.append("")

@@ -8,6 +8,7 @@ Every field a case leaves out takes a documented default, and `Case.defaults` sa
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +100,29 @@ def load_model(ref, warnings: list | None = None) -> ModelSpec:
 
 
 def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
-    return catalog.load_cluster(ref, num_gpus=num_gpus, gpus_per_node=gpus_per_node)
+    try:
+        return catalog.load_cluster(ref, num_gpus=num_gpus, gpus_per_node=gpus_per_node)
+    except SpecError as exc:
+        m = re.search(r"(\d+) GPUs is not a whole number of (\d+)-GPU nodes", str(exc))
+        if not m or gpus_per_node is not None:
+            raise
+        n, g = int(m.group(1)), int(m.group(2))
+        fits = [d for d in range(g - 1, 0, -1) if n % d == 0][:1]
+        lower, upper = n // g * g, -(-n // g) * g
+        options = [f"--gpus {v}" for v in (lower, upper) if v > 0]
+        hint = (f"; for nodes of {fits[0]} GPUs give --gpus-per-node {fits[0]}" if fits else "") + \
+            (f", or use {' or '.join(options)}" if options else "")
+        raise SpecError(f"{str(exc).splitlines()[0]}{hint}") from None
+
+
+def alias_note(kind: str, ref) -> str | None:
+    """'cluster H100 means the catalog's H100-SXM' when a name is an alias, not the preset's own name."""
+    if not isinstance(ref, str):
+        return None
+    name = catalog.canonical_name(kind, ref)
+    if name is None or name.lower() == ref.strip().lower():
+        return None
+    return f"{'cluster' if kind == 'gpu' else kind} '{ref}' means the catalog's {name} (an alias)"
 
 
 def _int(section: dict, key: str, what: str, default=None):

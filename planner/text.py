@@ -24,7 +24,8 @@ def layout_line(l: Layout) -> str:
         flags.append(f"optimizer->{l.offload_optimizer.value}")
     if l.offload_params.value != "none":
         flags.append(f"params->{l.offload_params.value}")
-    rc = l.recompute.value + (f" ({l.recompute_layers} layers/stage)" if l.recompute_layers else "")
+    per = "layer" if l.recompute_layers == 1 else "layers"
+    rc = l.recompute.value + (f" ({l.recompute_layers} {per}/stage)" if l.recompute_layers else "")
     flags += [f"recompute {rc}", l.precision.value]
     if l.flash_attention:
         flags.append("flash-attn")

@@ -202,6 +202,14 @@ def ds_config(layout: Layout) -> dict:
     return cfg
 
 
+# Why each variable of `environment` is set (report.md; .deepspeed_env itself cannot hold comments).
+ENV_REASONS = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": "one hardware queue, so tensor-parallel communication is issued in "
+                                   "order with the GEMMs it overlaps (Megatron requires it for "
+                                   "--sequence-parallel, arguments.py:403-411)",
+}
+
+
 def environment(layout: Layout) -> dict:
     env = {}
     if layout.tp > 1 or layout.sequence_parallel:

@@ -398,3 +398,49 @@ def test_offload_plan_prints_what_the_node_needs():
     r = _plan("--model", "llama2-13b", "--cluster", "A100-40GB", "--gpus", "8", "--global-batch", "128",
               "--zero", "3", "--offload-optimizer", "cpu", "--top", "1")
     assert "offload needs host memory" in r.stdout and "per node of 1.00 TiB (fits)" in r.stdout
+
+
+# ---- item 14: the test PostgreSQL server is stopped by whoever started it ---------------------------
+
+def test_postgres_script_stops_the_server_it_started(tmp_path):
+    import glob
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if not glob.glob("/usr/lib/postgresql/*/bin") or not shutil.which("pg_isready"):
+        pytest.skip("PostgreSQL is not installed")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
+    env = dict(os.environ, PLANNER_PG_PORT="55497")
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    started = [line.split("=", 1)[1] for line in out.stdout.splitlines()
+               if line.startswith("export PLANNER_TEST_POSTGRES_STARTED=")]
+    assert started and Path(started[0]).is_dir()
+    try:
+        assert subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "55497"]).returncode == 0
+    finally:
+        subprocess.run(["bash", str(script), "stop", started[0]], env=env, timeout=120, check=True)
+    assert subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "55497"]).returncode != 0
+    assert not Path(started[0]).exists()
+
+
+# ---- item 15: small things ------------------------------------------------------------------------
+
+def test_small_things():
+    from costmodels.types import Layout, Recompute
+    from planner.text import layout_line
+
+    assert "(1 layer/stage)" in layout_line(Layout(recompute=Recompute.FULL, recompute_layers=1))
+    assert "(2 layers/stage)" in layout_line(Layout(recompute=Recompute.FULL, recompute_layers=2))
+    r = CliRunner().invoke(main, ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "12"])
+    assert r.exit_code == 2 and "--gpus-per-node 6" in r.output and "--gpus 8 or --gpus 16" in r.output
+    alias = _plan_json("--model", "gpt-1.7b", "--cluster", "H100", "--gpus", "8", "--global-batch", "64",
+                       "--top", "1")
+    assert "cluster 'H100' means the catalog's H100-SXM (an alias)" in alias["defaults_used"]
+    exact = _plan_json("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+                       "--top", "1")
+    assert not any("alias" in d for d in exact["defaults_used"])
+    cat = json.loads(CliRunner().invoke(main, ["catalog", "frameworks", "--json"]).stdout)
+    assert cat["frameworks"]["torchtitan-compile"]["source"].endswith("kernels")
