@@ -257,9 +257,9 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     settings = SearchSettings(objectives=objectives, top_k=int(top_k), method=method,
                               storage=storage, study_name=study_name, seed=int(seed), trials=int(trials),
                               progress=progress)
-    result = search(m, c, profile, request, settings)
-    result.notes = notes
-    result.currency = currency
+    from dataclasses import replace as _replace
+
+    result = _replace(search(m, c, profile, request, settings), notes=notes, currency=currency)
     warnings = [PlanWarning(*w) for w in model_warns]
     if "cost" in objectives and not c.price_per_gpu_hour:
         warnings.append(PlanWarning("cost", "--objective cost without a price: the cluster has no "
@@ -268,5 +268,4 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
                                     "cluster YAML to see the cost"))
     if advice:
         warnings += advise(result)
-    result.warnings = warnings
-    return result
+    return _replace(result, warnings=warnings)

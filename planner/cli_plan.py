@@ -70,22 +70,35 @@ def _batch_tokens(text):
 
 
 class Progress:
-    """Progress on stderr: done / total, best so far, time left."""
+    """Progress on stderr: done / total, best so far, time left. A bar redrawn in place on a terminal;
+    elsewhere (a pipe, a log file) one line every LINE_EVERY_S seconds and at the end."""
 
-    def __init__(self, enabled: bool, what: str):
+    LINE_EVERY_S = 5.0
+
+    def __init__(self, enabled: bool, what: str, lines: bool = False):
         self.enabled, self.what, self.t0, self.last = enabled, what, time.monotonic(), 0.0
+        self.lines, self.printed = lines, False
+        if lines:
+            self.last = self.t0        # lines: nothing for a search shorter than LINE_EVERY_S
 
     def __call__(self, done, total, best):
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self.last < 0.2 and done < total:
+        if now - self.last < (self.LINE_EVERY_S if self.lines else 0.2) and (done < total or self.lines
+                                                                            and not self.printed):
             return
+        self.printed = True
         self.last = now
         frac = done / total if total else 1.0
         eta = (now - self.t0) / frac * (1 - frac) if frac > 0 else 0.0
-        bar = "#" * int(frac * 30)
         best_s = f"  best {best * 1e6:.3f} us/token" if best else ""
+        if self.lines:
+            sys.stderr.write(f"progress: {done}/{total} {self.what}{best_s}, {now - self.t0:.0f} s elapsed, "
+                             f"about {eta:.0f} s left\n")
+            sys.stderr.flush()
+            return
+        bar = "#" * int(frac * 30)
         sys.stderr.write(f"\r[{bar:<30s}] {done}/{total} {self.what}{best_s}  {eta:5.0f}s left ")
         if done >= total:
             sys.stderr.write("\n")
@@ -130,7 +143,10 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
     from .cli import _dump, _run
     from .output import plan_to_dict, plan_text
 
-    show = (progress if progress is not None else sys.stderr.isatty()) and not quiet
+    # A bar on a terminal (or with --progress); progress lines every few seconds on a pipe; --quiet: none.
+    tty = sys.stderr.isatty()
+    show = (progress if progress is not None else True) and not quiet
+    lines = show and not tty and progress is None
 
     def work():
         from .output import check_out_dir, default_storage
@@ -139,7 +155,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             check_out_dir(out, force)
         choices = {k: _split(v) for k, v in knobs.items() if v is not None}
         store = storage or (default_storage(out) if out else USER_CACHE)
-        reporter = Progress(show, "trials" if method == "optuna" else "blocks")
+        reporter = Progress(show, "trials" if method == "optuna" else "blocks", lines=lines)
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,

@@ -122,6 +122,7 @@ def plan_to_dict(result) -> dict:
                    "layouts_checked": result.checked,
                    "layouts_satisfying_rules": result.lattice, "layouts_scored": result.scored,
                    "layouts_fitting": result.fitting, "study": result.study},
+        "candidates_columns": ["tokens_per_s_per_gpu", "peak_memory_gib"],
         "candidates": result.candidates,
     }
 
@@ -129,10 +130,17 @@ def plan_to_dict(result) -> dict:
 def plan_text(result) -> str:
     best = result.best
     e = best.estimate
+    if result.method == "optuna":
+        # The study samples the layouts CP-SAT's sub-lattices combine to; it never counts how many of
+        # those satisfy every rule, so the header says what it knows.
+        study = result.study or {}
+        counts = (f"{result.checked:,} combined from the rules' sub-lattices, {result.considered:,} in the "
+                  f"space; optuna, {study.get('completed', result.scored):,} trials")
+    else:
+        counts = f"{result.lattice:,} satisfy the rules, {result.considered:,} in the space; {result.method}"
     lines = [f"{result.model.name} on {result.cluster.num_gpus} x {result.cluster.gpu.name} "
              f"({result.profile.name}): best of {result.fitting:,} fitting layouts "
-             f"({result.lattice:,} satisfy the rules, {result.considered:,} in the space; {result.method}, "
-             f"{result.seconds:.2f} s)", "",
+             f"({counts}, {result.seconds:.2f} s)", "",
              "  " + layout_line(best.layout),
              f"  step {fmt_seconds(e.step_time_s)}  {e.tokens_per_s_per_gpu:,.0f} tokens/s/GPU  "
              f"MFU {e.mfu * 100:.1f}%  memory {fmt_bytes(e.memory.total)} of {fmt_bytes(e.hbm_bytes)}",

@@ -444,3 +444,29 @@ def test_small_things():
     assert not any("alias" in d for d in exact["defaults_used"])
     cat = json.loads(CliRunner().invoke(main, ["catalog", "frameworks", "--json"]).stdout)
     assert cat["frameworks"]["torchtitan-compile"]["source"].endswith("kernels")
+
+
+# ---- item 12 (part): progress on a pipe; the Optuna header says what it counted -----------------
+
+def test_progress_lines_on_a_pipe(monkeypatch, capsys):
+    from planner import cli_plan
+
+    monkeypatch.setattr(cli_plan.Progress, "LINE_EVERY_S", 0.0)
+    p = cli_plan.Progress(True, "trials", lines=True)
+    p(10, 40, 2e-6)
+    p(40, 40, 1e-6)
+    err = capsys.readouterr().err
+    assert "progress: 10/40 trials" in err and "progress: 40/40 trials  best 1.000 us/token" in err
+    assert "\r" not in err
+    monkeypatch.setattr(cli_plan.Progress, "LINE_EVERY_S", 5.0)
+    quiet = cli_plan.Progress(True, "trials", lines=True)       # a short search prints nothing
+    quiet(40, 40, None)
+    assert capsys.readouterr().err == ""
+
+
+def test_optuna_header_does_not_claim_rule_counts():
+    r = _plan("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+              "--method", "optuna", "--trials", "40", "--top", "1", "--quiet")
+    head = r.stdout.splitlines()[0]
+    assert "satisfy the rules" not in head and "combined from the rules' sub-lattices" in head
+    assert "optuna, 40 trials" in head
