@@ -9,7 +9,7 @@ from pathlib import Path
 
 from costmodels.estimate import estimate as _estimate
 from costmodels.types import Estimate
-from costmodels.units import GiB, HOUR
+from costmodels.units import HOUR
 
 from .advice import PlanWarning
 from .specs import Case, case_from_dict, load_case
