@@ -286,7 +286,8 @@ def _fewer_gpus(result, replan) -> PlanWarning | None:
             change = f"{n2:,} GPUs"
             return PlanWarning(
                 "fewer_gpus",
-                f"{n2:,} GPUs give {speed * 100:.0f}% of this speed at {cost * 100:.0f}% of the cost per hour",
+                f"{n2:,} GPUs give {speed * 100:.0f}% of this speed at {cost * 100:.0f}% of the cost per hour "
+                f"({cost / speed * 100:.0f}% of the cost per token)",
                 f"{change}: {_effect(e, p.estimate)} (re-planned: {_short(p.layout)})",
                 _predicted(change, e, p.estimate, p.layout))
     return None

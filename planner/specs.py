@@ -70,8 +70,9 @@ def model_warnings(data: dict, model: ModelSpec) -> list[tuple[str, str, str]]:
                     "Megatron-DeepSpeed at the pinned commit has no flag for them (--add-qkv-bias is "
                     "Megatron-LM's), so the job is written with --disable-bias-linear and trains the model "
                     "without QKV biases (it cannot load Qwen2 weights); the estimate counts no biases",
-                    "accept the bias-free variant for pre-training from scratch, or use --framework megatron-lm "
-                    "and add --add-qkv-bias to its arguments yourself"))
+                    "accept the bias-free variant (fine for pre-training from scratch); to keep the biases, "
+                    "train with Megatron-LM (--add-qkv-bias), which --framework megatron-lm plans for but "
+                    "writes no job for"))
     return out
 
 

@@ -464,9 +464,10 @@ def test_progress_lines_on_a_pipe(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_optuna_header_does_not_claim_rule_counts():
+def test_optuna_header_does_not_claim_rule_counts(tmp_path):
     r = _plan("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
-              "--method", "optuna", "--trials", "40", "--top", "1", "--quiet")
+              "--method", "optuna", "--trials", "40", "--top", "1", "--quiet",
+              "--storage", f"sqlite:///{tmp_path / 'study.db'}")
     head = r.stdout.splitlines()[0]
     assert "satisfy the rules" not in head and "combined from the rules' sub-lattices" in head
     assert "optuna, 40 trials" in head
