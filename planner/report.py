@@ -194,6 +194,9 @@ def render_report(data: dict, figures: dict) -> str:
                   "planned (or re-estimated) with the change applied.", ""]
         for w in data["warnings"]:
             lines.append(f"- **{w['kind']}**: {w['message']}." + (f" Suggestion: {w['suggestion']}." if w.get("suggestion") else ""))
+    elif "warnings" not in data:
+        lines.append("This plan.json was written before the planner checked its plans: run `planner plan` again "
+                     "to see whether this one is a good use of the cluster.")
     else:
         lines.append("No warning: MFU, micro-batches per pipeline stage, tokens per GPU, exposed communication "
                      "and the time spent to fit in memory are all within the planner's thresholds.")
