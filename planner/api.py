@@ -266,6 +266,6 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
                                     "price_per_gpu_hour, so plans are ranked by GPU-hours",
                                     "give --price-per-gpu-hour (e.g. '2.5 USD') or price_per_gpu_hour in the "
                                     "cluster YAML to see the cost"))
-    if advice:
+    if advice and objectives[0] != "memory":     # a plan chosen for memory headroom is slow by request
         warnings += advise(result)
     return _replace(result, warnings=warnings)
