@@ -12,11 +12,8 @@ from costmodels.types import Estimate
 from costmodels.units import HOUR
 
 from .advice import PlanWarning
+from .output import estimate_dict   # one home for result serialisation: output.py
 from .specs import Case, case_from_dict, load_case
-
-FLOP_FORMULA = ("model FLOPs = 3 x forward: 2 FLOP per matmul weight per token (layers + output layer) "
-                "plus 4 s h per layer per token for attention (Narayanan et al. 2021 eq. 3 without "
-                "recompute, generalised to GQA / SwiGLU); MFU divides by the dense peak of the precision")
 
 
 @dataclass(frozen=True)
@@ -68,29 +65,6 @@ class EstimateResult:
                             self.total_tokens, self.defaults, self.hidden_comm, self.offload_needs)
         out["warnings"] = [w.to_dict() for w in self.warnings]
         return out
-
-
-def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
-                  defaults=(), hidden: dict | None = None, offload: dict | None = None) -> dict:
-    """The JSON shape of `planner estimate --json` (also used inside plan.json). `hidden`: seconds of
-    communication per step hidden behind compute (planner.breakdown), beside the exposed parts."""
-    out = est.to_dict()
-    out.update(flop_formula=FLOP_FORMULA, framework=framework, defaults_used=list(defaults))
-    if hidden is not None:
-        out["hidden_comm_s"] = dict(hidden)
-    if offload is not None:
-        out["offload_per_node"] = dict(offload)      # planner.breakdown.offload_needs
-    if total_tokens:
-        seconds = est.time_to_train_s(total_tokens)
-        out["training"] = {
-            "total_tokens": total_tokens,
-            "time_to_train_s": seconds,
-            "time_to_train_days": seconds / 86400,
-            "gpu_hours": seconds * est.num_gpus / HOUR,
-            "price_per_gpu_hour": price,
-            "cost": seconds * est.num_gpus / HOUR * price if price else None,
-        }
-    return out
 
 
 def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=None,

@@ -7,10 +7,38 @@ from pathlib import Path
 
 from costmodels.errors import SpecError
 from costmodels.params import total_params
-from costmodels.units import fmt_bytes, fmt_seconds
+from costmodels.types import Estimate
+from costmodels.units import HOUR, fmt_bytes, fmt_seconds
 
-from .api import estimate_dict
 from .text import comm_summary, layout_line
+
+FLOP_FORMULA = ("model FLOPs = 3 x forward: 2 FLOP per matmul weight per token (layers + output layer) "
+                "plus 4 s h per layer per token for attention (Narayanan et al. 2021 eq. 3 without "
+                "recompute, generalised to GQA / SwiGLU); MFU divides by the dense peak of the precision")
+
+
+def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
+                  defaults=(), hidden: dict | None = None, offload: dict | None = None) -> dict:
+    """The JSON shape of `planner estimate --json` (also used inside plan.json). `hidden`: seconds of
+    communication per step hidden behind compute (planner.breakdown), beside the exposed parts."""
+    out = est.to_dict()
+    out.update(flop_formula=FLOP_FORMULA, framework=framework, defaults_used=list(defaults))
+    if hidden is not None:
+        out["hidden_comm_s"] = dict(hidden)
+    if offload is not None:
+        out["offload_per_node"] = dict(offload)      # planner.breakdown.offload_needs
+    if total_tokens:
+        seconds = est.time_to_train_s(total_tokens)
+        out["training"] = {
+            "total_tokens": total_tokens,
+            "time_to_train_s": seconds,
+            "time_to_train_days": seconds / 86400,
+            "gpu_hours": seconds * est.num_gpus / HOUR,
+            "price_per_gpu_hour": price,
+            "cost": seconds * est.num_gpus / HOUR * price if price else None,
+        }
+    return out
+
 
 LAYOUT_KEYS = {"mbs": "micro_batch", "gbs": "global_batch", "zero": "zero_stage"}
 
