@@ -463,6 +463,11 @@ class TimeBreakdown:
         return sum(getattr(self, f.name) for f in fields(self))
 
 
+def _plain(value):
+    """numpy scalars -> Python numbers (JSON-ready); Python numbers unchanged."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 @dataclass(frozen=True, slots=True)
 class Estimate:
     memory: MemoryBreakdown
@@ -514,3 +519,39 @@ class Estimate:
 
     def time_to_train_s(self, tokens: float) -> float:
         return tokens / self.tokens_per_s
+
+    def to_dict(self) -> dict:
+        """Headline numbers and both breakdowns (SI units: seconds, bytes, FLOP), JSON-ready."""
+        mem = {f.name: _plain(getattr(self.memory, f.name)) for f in fields(self.memory)}
+        mem.update(allocated=_plain(self.memory.allocated), reserved=_plain(self.memory.reserved),
+                   total=_plain(self.memory.total))
+        time = {f.name: _plain(getattr(self.time, f.name)) for f in fields(self.time)}
+        time["step"] = _plain(self.time.step)
+        return {
+            "step_time_s": _plain(self.step_time_s),
+            "tokens_per_s": _plain(self.tokens_per_s),
+            "tokens_per_s_per_gpu": _plain(self.tokens_per_s_per_gpu),
+            "model_tflops_per_gpu": _plain(self.model_flop_per_s_per_gpu / 1e12),
+            "mfu": _plain(self.mfu),
+            "hfu": _plain(self.hfu),
+            "peak_memory_bytes": _plain(self.peak_memory_bytes),
+            "peak_memory_gib": _plain(self.peak_memory_bytes / 2**30),
+            "hbm_bytes": _plain(self.hbm_bytes),
+            "headroom_bytes": _plain(self.headroom_bytes),
+            "fits": bool(self.fits),
+            "host_memory_fits": bool(self.host_fits),
+            "num_gpus": _plain(self.num_gpus),
+            "tokens_per_step": _plain(self.tokens_per_step),
+            "model_flop_per_step": _plain(self.model_flop_per_step),
+            "hardware_flop_per_step": _plain(self.hardware_flop_per_step),
+            "memory_breakdown_bytes": mem,
+            "time_breakdown_s": time,
+            "stage_layers": [_plain(x) for x in self.stage_layers],
+        }
+
+    def __repr__(self) -> str:
+        from .units import fmt_bytes, fmt_seconds
+
+        return (f"Estimate(step {fmt_seconds(self.step_time_s)}, {self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+                f"MFU {self.mfu * 100:.1f}%, memory {fmt_bytes(self.memory.total)} of {fmt_bytes(self.hbm_bytes)}"
+                f"{'' if self.fits else ', does not fit'}, {self.num_gpus} GPUs)")

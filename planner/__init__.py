@@ -1,4 +1,25 @@
-"""The planner: specs, search, emitters, report, CLI and Python API."""
+"""The planner: specs, search, emitters, report, CLI and Python API.
+
+    import planner
+    result = planner.plan("llama2-7b", "H100-SXM", gpus=8)      # PlanResult
+    result.best, result.warnings, result.to_dict()
+    planner.write_job(result, "job-dir")                          # or result.write("job-dir")
+    planner.estimate("examples/llama2-7b-h100.yaml").to_dict()
+"""
+from importlib.metadata import PackageNotFoundError, version as _version
+
+from .advice import PlanWarning
 from .api import EstimateResult, estimate, plan
 
-__all__ = ["estimate", "plan", "EstimateResult"]
+try:
+    __version__ = _version("llm-train-planner")
+except PackageNotFoundError:      # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+
+def write_job(result, out, force: bool = False, launcher: str = "deepspeed"):
+    """Write the Megatron-DeepSpeed job of a PlanResult to the directory `out` (see PlanResult.write)."""
+    return result.write(out, force=force, launcher=launcher)
+
+
+__all__ = ["estimate", "plan", "write_job", "EstimateResult", "PlanWarning", "__version__"]

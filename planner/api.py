@@ -10,13 +10,11 @@ from pathlib import Path
 
 from costmodels.estimate import estimate as _estimate
 from costmodels.types import Estimate
-from costmodels.units import GiB, HOUR
+from costmodels.units import HOUR
 
+from .advice import PlanWarning
+from .output import estimate_dict   # one home for result serialisation: output.py
 from .specs import Case, case_from_dict, load_case
-
-FLOP_FORMULA = ("model FLOPs = 3 x forward: 2 FLOP per matmul weight per token (layers + output layer) "
-                "plus 4 s h per layer per token for attention (Narayanan et al. 2021 eq. 3 without "
-                "recompute, generalised to GQA / SwiGLU); MFU divides by the dense peak of the precision")
 
 
 @dataclass(frozen=True)
@@ -25,6 +23,23 @@ class EstimateResult:
     estimate: Estimate
     total_tokens: float = 0.0
     defaults: tuple[str, ...] = field(default=())
+    warnings: tuple = field(default=())        # advice.PlanWarning: model notes, broken framework rules
+
+    @property
+    def hidden_comm(self) -> dict[str, float]:
+        """Communication hidden behind compute, seconds per step by part (not in the step time)."""
+        from .breakdown import hidden_communication
+
+        c = self.case
+        return hidden_communication(c.model, c.cluster, c.framework, c.layout, self.estimate)
+
+    @property
+    def offload_needs(self) -> dict | None:
+        """Host memory / NVMe per node an offload layout needs, with the cluster's (None: no offload)."""
+        from .breakdown import offload_needs
+
+        c = self.case
+        return offload_needs(c.model, c.cluster, c.framework, c.layout)
 
     @property
     def time_to_train_s(self) -> float | None:
@@ -60,55 +75,17 @@ class EstimateResult:
     def oom_risk(self) -> bool:
         return self.bands["oom_risk"]
 
+    def __repr__(self) -> str:
+        c = self.case
+        return (f"EstimateResult({c.model.name} on {c.layout.world} x {c.cluster.gpu.name}, "
+                f"{c.framework.name}: {self.estimate!r}; {len(self.warnings)} warnings)")
+
     def to_dict(self) -> dict:
         out = estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
-                            self.total_tokens, self.defaults)
+                            self.total_tokens, self.defaults, self.hidden_comm, self.offload_needs)
+        out["warnings"] = [w.to_dict() for w in self.warnings]
         out.update(self.bands)
         return out
-
-
-def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
-                  defaults=()) -> dict:
-    """The JSON shape of `planner estimate --json` (also used inside plan.json)."""
-    mem = {k: getattr(est.memory, k) for k in est.memory.__dataclass_fields__}
-    mem.update(allocated=est.memory.allocated, reserved=est.memory.reserved, total=est.memory.total)
-    time = {k: getattr(est.time, k) for k in est.time.__dataclass_fields__}
-    time["step"] = est.time.step
-    out = {
-        "step_time_s": est.step_time_s,
-        "tokens_per_s": est.tokens_per_s,
-        "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
-        "model_tflops_per_gpu": est.model_flop_per_s_per_gpu / 1e12,
-        "mfu": est.mfu,
-        "hfu": est.hfu,
-        "peak_memory_bytes": est.peak_memory_bytes,
-        "peak_memory_gib": est.peak_memory_bytes / GiB,
-        "hbm_bytes": est.hbm_bytes,
-        "headroom_bytes": est.headroom_bytes,
-        "fits": est.fits,
-        "host_memory_fits": est.host_fits,
-        "num_gpus": est.num_gpus,
-        "tokens_per_step": est.tokens_per_step,
-        "model_flop_per_step": est.model_flop_per_step,
-        "hardware_flop_per_step": est.hardware_flop_per_step,
-        "flop_formula": FLOP_FORMULA,
-        "memory_breakdown_bytes": mem,
-        "time_breakdown_s": time,
-        "stage_layers": list(est.stage_layers),
-        "framework": framework,
-        "defaults_used": list(defaults),
-    }
-    if total_tokens:
-        seconds = est.time_to_train_s(total_tokens)
-        out["training"] = {
-            "total_tokens": total_tokens,
-            "time_to_train_s": seconds,
-            "time_to_train_days": seconds / 86400,
-            "gpu_hours": seconds * est.num_gpus / HOUR,
-            "price_per_gpu_hour": price,
-            "cost": seconds * est.num_gpus / HOUR * price if price else None,
-        }
-    return out
 
 
 def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=None,
@@ -133,35 +110,121 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     tokens = total_tokens if total_tokens is not None else case_obj.training.total_tokens
     from costmodels.units import parse_number
     tokens = parse_number(tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
-    return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults)
+    return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults,
+                          tuple(PlanWarning(*w) for w in case_obj.warnings) + rule_warnings(case_obj))
 
 
-DEFAULT_BATCH_TOKENS = (2.0**20, 2.0**22)    # 1M-4M tokens per step when no global batch is given
+def rule_warnings(case) -> tuple:
+    """A layout that breaks its target framework's rules is still estimated; each broken rule becomes a
+    `framework_rule` warning naming it. Cost-model frameworks without a rule profile (torchtitan, ...)
+    have no such rules."""
+    from costmodels.errors import UnknownPresetError
+    from search_spaces.frameworks import framework_violations, load_profile
+
+    try:
+        profile = load_profile(case.framework.name)
+    except UnknownPresetError:
+        return ()
+    return tuple(PlanWarning("framework_rule", f"the layout breaks the {profile.name} rule '{rule.name}': {msg}",
+                             (f"{hint}; the planner never proposes this layout" if hint
+                              else "the planner never proposes this layout"))
+                 for rule, msg, hint in framework_violations(case.model, case.cluster, case.layout, profile))
+
+
+DEFAULT_BATCH_TOKENS = (2.0**20, 2.0**22)    # 1M-4M tokens per step on up to 4,096 GPUs
+# On larger clusters the default range scales with the GPU count: 256-1,024 tokens per GPU per step,
+# up to 16M tokens (Llama 3 405B: 16M-token batches on 16K H100, 1,024 tokens per GPU).
+DEFAULT_TOKENS_PER_GPU = (256, 1024)
+MAX_DEFAULT_BATCH_TOKENS = 2.0**24
+
+
+def default_batch_tokens(num_gpus: int) -> tuple[float, float]:
+    """The global-batch token range searched when no batch is given: 1M-4M (2^20-2^22) up to 4,096
+    GPUs, then 256-1,024 tokens per GPU, at most 16M (2^24)."""
+    lo_per, hi_per = DEFAULT_TOKENS_PER_GPU
+    hi = min(max(DEFAULT_BATCH_TOKENS[1], num_gpus * hi_per), MAX_DEFAULT_BATCH_TOKENS)
+    lo = min(max(DEFAULT_BATCH_TOKENS[0], num_gpus * lo_per), hi)
+    return float(lo), float(hi)
+
+
+def fmt_tokens(t: float) -> str:
+    """Tokens in the unit convention of --global-batch-tokens (K / M = 2^10 / 2^20)."""
+    for unit, size in (("M", 2**20), ("K", 2**10)):
+        if t >= size and (t / size) == int(t / size):
+            return f"{int(t / size)}{unit}"
+    return f"{t:,.0f}"
+
+
+def _batch_note(lo, hi, seqs, default: bool, num_gpus: int) -> str:
+    from search_spaces.space import batch_sequences
+
+    head = f"global batch {fmt_tokens(lo)}-{fmt_tokens(hi)} tokens" if lo != hi else f"global batch {fmt_tokens(lo)} tokens"
+    if default:
+        head += f" (the default for {num_gpus:,} GPUs)"
+    parts = []
+    for s in seqs:
+        values, rounded = batch_sequences(lo, hi, s)
+        if rounded:
+            parts.append(f"{values[0]:,} sequences of {s} = {values[0] * s:,} tokens (rounded to the nearest "
+                         "whole number of sequences)")
+        else:
+            parts.append(f"{values[0]:,}-{values[-1]:,} sequences of {s}" if len(values) > 1
+                         else f"{values[0]:,} sequences of {s}")
+    return head + ": " + "; ".join(parts)
+
+
+def parse_price(value) -> tuple[float, str]:
+    """'2.5', '2.5 USD', 'EUR 2.1', '$2.5' -> (2.5, 'USD'); the currency is kept as written."""
+    import re
+
+    from costmodels.errors import SpecError
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        amount, currency = float(value), ""
+    else:
+        m = re.fullmatch(r"\s*([^\d\s.+-]*)\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([^\d\s]*)\s*", str(value))
+        if not m or (m.group(1) and m.group(3)):
+            raise SpecError(f"--price-per-gpu-hour takes an amount with an optional currency (2.5, '2.5 USD'), "
+                            f"got {value!r}")
+        amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
+    if not amount >= 0 or amount == float("inf"):
+        raise SpecError(f"--price-per-gpu-hour must be a non-negative amount, got {value!r}")
+    return amount, {"$": "USD", "€": "EUR", "£": "GBP"}.get(currency, currency)
 
 
 def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, global_batch_tokens=None,
          seq_lens=None, choices=None, objective="time", top_k=5, framework="megatron-deepspeed",
          total_tokens=0.0, method="auto", storage=None, study_name=None, seed=0, trials=3000,
-         progress=None):
+         progress=None, price_per_gpu_hour=None, advice=True):
     """Search the layouts of `model` on `cluster` and return a PlanResult (best first).
 
     `model` / `cluster`: preset name, file path or mapping (cluster: GPU name = nodes of 8 unless
     `gpus_per_node`). `choices` pins or restricts knobs: {"tp": [4, 8], "precision": ["bf16"]}.
+    `global_batch_tokens`: (low, high) tokens per step; without it or `global_batch` the range is
+    `default_batch_tokens(gpus)`. `price_per_gpu_hour`: a number or '2.5 USD' (overrides the
+    cluster's). `advice`: add `warnings` saying what limits a poor plan and what would help.
     """
     from costmodels.errors import SpecError
     from costmodels.units import parse_number
     from search_spaces.frameworks import load_profile
     from search_spaces.space import SearchRequest
 
+    from .advice import PlanWarning, advise
     from .rank import parse_objectives
     from .search import SearchSettings, search
-    from .specs import load_cluster, load_model
+    from .specs import default_seq_len, load_cluster, load_model
 
-    m = model if hasattr(model, "num_layers") else load_model(model)
+    model_warns: list = []
+    m = model if hasattr(model, "num_layers") else load_model(model, model_warns)
     c = load_cluster(cluster, num_gpus=gpus, gpus_per_node=gpus_per_node) if not hasattr(cluster, "gpu") else cluster
     if gpus is not None and hasattr(cluster, "gpu"):
         from dataclasses import replace
         c = replace(c, num_gpus=gpus)
+    currency = ""
+    if price_per_gpu_hour is not None:
+        from dataclasses import replace
+        price, currency = parse_price(price_per_gpu_hour)
+        c = replace(c, price_per_gpu_hour=price)
     profile = load_profile(framework)
     if global_batch is not None and global_batch_tokens is not None:
         raise SpecError("give either a global batch in sequences or a token range, not both")
@@ -169,11 +232,24 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         raise SpecError(f"global batch must be a positive number of sequences, got {global_batch!r}")
     if global_batch is not None and int(global_batch) > 10**9:
         raise SpecError(f"global batch {global_batch} is beyond any real run (max 10^9 sequences)")
-    if global_batch is None and global_batch_tokens is None:
-        global_batch_tokens = DEFAULT_BATCH_TOKENS
-    seqs = tuple(int(s) for s in (seq_lens or (m.max_seq_len,)))
+    from .specs import alias_note
+
+    notes = [n for n in (alias_note("gpu", cluster), alias_note("model", model)) if n]
+    if seq_lens:
+        seqs = tuple(int(s) for s in seq_lens)
+    else:
+        seq, why = default_seq_len(m)
+        seqs = (seq,)
+        notes.append(f"sequence length {seq} ({why}); --seq-len to change it")
     if any(s <= 0 for s in seqs):
         raise SpecError("sequence lengths must be positive")
+    if global_batch is None:
+        default = global_batch_tokens is None
+        if default:
+            global_batch_tokens = default_batch_tokens(c.num_gpus)
+        lo, hi = (float(x) for x in global_batch_tokens)
+        if 0 < lo <= hi:
+            notes.append(_batch_note(lo, hi, sorted(set(seqs)), default, c.num_gpus))
     total_tokens = parse_number(total_tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
     top_k = parse_number(top_k, what="top (plans to report)", low=1, high=1000, integer=True)
     seed = parse_number(seed, what="seed", low=0, high=2**32 - 1, integer=True)
@@ -184,7 +260,19 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     request = SearchRequest(num_gpus=c.num_gpus, global_batch=global_batch,
                             global_batch_tokens=global_batch_tokens, seq_lens=seqs,
                             choices=dict(choices or {}), total_tokens=float(total_tokens or 0.0))
-    settings = SearchSettings(objectives=parse_objectives(objective), top_k=int(top_k), method=method,
+    objectives = parse_objectives(objective)
+    settings = SearchSettings(objectives=objectives, top_k=int(top_k), method=method,
                               storage=storage, study_name=study_name, seed=int(seed), trials=int(trials),
                               progress=progress)
-    return search(m, c, profile, request, settings)
+    from dataclasses import replace as _replace
+
+    result = _replace(search(m, c, profile, request, settings), notes=notes, currency=currency)
+    warnings = [PlanWarning(*w) for w in model_warns]
+    if "cost" in objectives and not c.price_per_gpu_hour:
+        warnings.append(PlanWarning("cost", "--objective cost without a price: the cluster has no "
+                                    "price_per_gpu_hour, so plans are ranked by GPU-hours",
+                                    "give --price-per-gpu-hour (e.g. '2.5 USD') or price_per_gpu_hour in the "
+                                    "cluster YAML to see the cost"))
+    if advice and objectives[0] != "memory":     # a plan chosen for memory headroom is slow by request
+        warnings += advise(result)
+    return _replace(result, warnings=warnings)

@@ -33,8 +33,8 @@ def _run(fn, *args, **kwargs):
         raise Interrupted("interrupted; nothing was written") from None
 
 
-def _dump(obj) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default)
+def _dump(obj, sort_keys: bool = True) -> str:
+    return json.dumps(obj, indent=2, sort_keys=sort_keys, default=_json_default)
 
 
 def _json_default(o):
@@ -99,7 +99,14 @@ def estimate(case, as_json, tokens):
              f"({c.cluster.gpus_per_node} per node, framework {c.framework.name})")
     click.echo(estimate_text(title, c.layout, result.estimate, total_tokens=result.total_tokens,
                              price=c.cluster.price_per_gpu_hour, defaults=result.defaults,
-                             bands=result.bands))
+                             hidden=result.hidden_comm, bands=result.bands))
+    if result.offload_needs:
+        from .breakdown import offload_text
+        click.echo("\n  " + offload_text(result.offload_needs))
+    if result.warnings:
+        from .output import warning_lines
+        click.echo("\n  warnings:")
+        click.echo("\n".join(f"    {w}" for w in warning_lines(result.warnings)))
 
 
 @main.command()
@@ -128,7 +135,7 @@ def catalog(kind, as_json):
                                  "hidden": m.hidden, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
                                  "seq_len": m.max_seq_len}
             else:
-                entries[name] = {"source": cat.load_framework(name).source.split(";")[0][:80]}
+                entries[name] = {"source": cat.load_framework(name).source.split(";")[0].strip()}
         out[k] = entries
     if as_json:
         click.echo(_dump(out))

@@ -1,6 +1,7 @@
 """`planner plan` and `planner explain`."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -34,17 +35,38 @@ def _ints(text, option):
     return values
 
 
-def _batch_tokens(text):
+# Token counts for --global-batch-tokens: K / M / G are binary (2^10, 2^20, 2^30), as in the
+# default range 1M-4M = 2^20-2^22 tokens; Ki / Mi / Gi mean the same; a plain number (4194304, 4e6)
+# is taken as written.
+TOKEN_SUFFIXES = {"": 1, "K": 2**10, "KI": 2**10, "M": 2**20, "MI": 2**20, "G": 2**30, "GI": 2**30}
+_TOKEN_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_tokens(text: str, option: str = "--global-batch-tokens") -> float:
+    """'4M' -> 4 * 2^20, '512Ki' -> 512 * 2^10, '4e6' -> 4,000,000 (see TOKEN_SUFFIXES)."""
     from costmodels.errors import SpecError
-    from costmodels.units import parse_quantity
+
+    m = _TOKEN_RE.match(str(text))
+    suffix = m.group(2).upper() if m else None
+    if not m or suffix not in TOKEN_SUFFIXES:
+        raise SpecError(f"{option} takes token counts such as 4M (= 4 x 2^20), 512K or 4194304, got {text!r}")
+    value = float(m.group(1)) * TOKEN_SUFFIXES[suffix]
+    if not value > 0 or value == float("inf"):
+        raise SpecError(f"{option} takes positive token counts, got {text!r}")
+    return value
+
+
+def _batch_tokens(text):
+    """LOW-HIGH, or one value (a target: LOW = HIGH), in tokens per step."""
+    from costmodels.errors import SpecError
 
     parts = str(text).replace("..", "-").split("-")
+    if len(parts) == 1:
+        parts = parts * 2
     if len(parts) != 2:
-        raise SpecError(f"--global-batch-tokens takes LOW-HIGH (e.g. 1M-4M tokens), got {text!r}")
-    def tok(p):
-        p = p.strip().upper().replace("M", "e6").replace("K", "e3").replace("B", "e9")
-        return parse_quantity(p, what="--global-batch-tokens")
-    return tok(parts[0]), tok(parts[1])
+        raise SpecError(f"--global-batch-tokens takes LOW-HIGH or one target (e.g. 1M-4M or 16M tokens), "
+                        f"got {text!r}")
+    return parse_tokens(parts[0]), parse_tokens(parts[1])
 
 
 def _input_files(*refs) -> list[str]:
@@ -62,22 +84,35 @@ def _input_files(*refs) -> list[str]:
 
 
 class Progress:
-    """Progress on stderr: done / total, best so far, time left."""
+    """Progress on stderr: done / total, best so far, time left. A bar redrawn in place on a terminal;
+    elsewhere (a pipe, a log file) one line every LINE_EVERY_S seconds and at the end."""
 
-    def __init__(self, enabled: bool, what: str):
+    LINE_EVERY_S = 5.0
+
+    def __init__(self, enabled: bool, what: str, lines: bool = False):
         self.enabled, self.what, self.t0, self.last = enabled, what, time.monotonic(), 0.0
+        self.lines, self.printed = lines, False
+        if lines:
+            self.last = self.t0        # lines: nothing for a search shorter than LINE_EVERY_S
 
     def __call__(self, done, total, best):
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self.last < 0.2 and done < total:
+        if now - self.last < (self.LINE_EVERY_S if self.lines else 0.2) and (done < total or self.lines
+                                                                            and not self.printed):
             return
+        self.printed = True
         self.last = now
         frac = done / total if total else 1.0
         eta = (now - self.t0) / frac * (1 - frac) if frac > 0 else 0.0
-        bar = "#" * int(frac * 30)
         best_s = f"  best {best * 1e6:.3f} us/token" if best else ""
+        if self.lines:
+            sys.stderr.write(f"progress: {done}/{total} {self.what}{best_s}, {now - self.t0:.0f} s elapsed, "
+                             f"about {eta:.0f} s left\n")
+            sys.stderr.flush()
+            return
+        bar = "#" * int(frac * 30)
         sys.stderr.write(f"\r[{bar:<30s}] {done}/{total} {self.what}{best_s}  {eta:5.0f}s left ")
         if done >= total:
             sys.stderr.write("\n")
@@ -90,11 +125,15 @@ class Progress:
 @click.option("--gpus", type=int, default=None, help="Number of GPUs (default: the cluster's).")
 @click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the GPU's system).")
 @click.option("--global-batch", type=int, default=None, help="Global batch in sequences.")
-@click.option("--global-batch-tokens", default=None, help="Allowed global batch in tokens, LOW-HIGH (default 1M-4M).")
+@click.option("--global-batch-tokens", default=None, help="Global batch in tokens: LOW-HIGH or one target; K/M/G = 2^10/2^20/2^30 "
+                   "(default: 1M-4M, wider on large clusters; see README).")
 @click.option("--seq-len", default=None, help="Sequence length(s) allowed, comma-separated (default: the model's).")
 @click.option("--objective", default="time", show_default=True,
               help="time | time-to-train | cost | memory; two comma-separated give a Pareto front.")
-@click.option("--tokens", type=float, default=0.0, help="Training token budget (time-to-train, cost).")
+@click.option("--tokens", type=float, default=0.0,
+              help="Training token budget (time-to-train, cost; sets --train-iters in launch.sh).")
+@click.option("--price-per-gpu-hour", "price", default=None,
+              help="Price of one GPU-hour, with an optional currency ('2.5 USD'); overrides the cluster's.")
 @click.option("--top", "top_k", type=int, default=5, show_default=True, help="Plans to report.")
 @click.option("--framework", default="megatron-deepspeed", show_default=True,
               help="Rules of the target: megatron-deepspeed or megatron-lm.")
@@ -111,14 +150,17 @@ class Progress:
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--progress/--no-progress", default=None, help="Force the progress bar on or off.")
 def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens, seq_len, objective, tokens,
-         top_k, framework, method, storage, study_name, trials, seed, out, force, launcher, as_json, quiet,
+         price, top_k, framework, method, storage, study_name, trials, seed, out, force, launcher, as_json, quiet,
          progress, **knobs):
     """Choose the fastest (or cheapest) layout that fits, and optionally emit the job."""
     from . import api
     from .cli import _dump, _run
     from .output import plan_to_dict, plan_text
 
-    show = (progress if progress is not None else sys.stderr.isatty()) and not quiet
+    # A bar on a terminal (or with --progress); progress lines every few seconds on a pipe; --quiet: none.
+    tty = sys.stderr.isatty()
+    show = (progress if progress is not None else True) and not quiet
+    lines = show and not tty and progress is None
 
     def work():
         from .output import check_out_dir, default_storage
@@ -128,13 +170,13 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             check_out_dir(out, force, inputs)
         choices = {k: _split(v) for k, v in knobs.items() if v is not None}
         store = storage or (default_storage(out) if out else USER_CACHE)
-        reporter = Progress(show, "trials" if method == "optuna" else "blocks")
+        reporter = Progress(show, "trials" if method == "optuna" else "blocks", lines=lines)
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
                           objective=objective, top_k=top_k, framework=framework, total_tokens=tokens,
                           method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
-                          progress=reporter)
+                          progress=reporter, price_per_gpu_hour=price)
         written = None
         if out:
             from .emit.writer import write_plan
@@ -143,7 +185,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
 
     result, written = _run(work)
     if as_json:
-        click.echo(_dump(plan_to_dict(result)))
+        click.echo(_dump(plan_to_dict(result), sort_keys=False))   # reading order, see plan_to_dict
     else:
         click.echo(plan_text(result))
         if written:
@@ -158,9 +200,10 @@ for _name, _help in KNOB_OPTIONS:
 @click.argument("plan_json", type=click.Path())
 @click.option("--out", type=click.Path(), default=None, help="Write report.md and figures here (default: print).")
 @click.option("--force", is_flag=True, help="Replace files in --out.")
-def explain(plan_json, out, force):
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object (reading order).")
+def explain(plan_json, out, force, as_json):
     """Re-render the report of a plan.json."""
-    from .cli import _run
+    from .cli import _dump, _run
     from .emit.plan_file import load_plan_json
     from .report import render_report
 
@@ -173,6 +216,8 @@ def explain(plan_json, out, force):
 
         data = load_plan_json(plan_json)
         check_plan(data, plan_json)
+        if as_json:
+            return data
         try:
             if out is not None:
                 from .emit.writer import write_report_dir
@@ -184,4 +229,10 @@ def explain(plan_json, out, force):
             raise SpecError(f"plan file '{plan_json}' is damaged: {what}") from None
 
     text = _run(work)
+    if as_json:
+        order = ("inputs", "defaults_used", "layout", "estimate", "cost", "warnings", "why", "runner_ups", "pareto")
+        data = {k: text[k] for k in order if k in text}
+        data.update({k: v for k, v in text.items() if k not in data})
+        click.echo(_dump(data, sort_keys=False))
+        return
     click.echo(text if not out else f"wrote {text}")

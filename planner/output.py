@@ -7,10 +7,38 @@ from pathlib import Path
 
 from costmodels.errors import SpecError
 from costmodels.params import total_params
-from costmodels.units import fmt_bytes, fmt_seconds
+from costmodels.types import Estimate
+from costmodels.units import HOUR, fmt_bytes, fmt_seconds
 
-from .api import estimate_dict
-from .text import layout_line
+from .text import comm_summary, layout_line
+
+FLOP_FORMULA = ("model FLOPs = 3 x forward: 2 FLOP per matmul weight per token (layers + output layer) "
+                "plus 4 s h per layer per token for attention (Narayanan et al. 2021 eq. 3 without "
+                "recompute, generalised to GQA / SwiGLU); MFU divides by the dense peak of the precision")
+
+
+def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
+                  defaults=(), hidden: dict | None = None, offload: dict | None = None) -> dict:
+    """The JSON shape of `planner estimate --json` (also used inside plan.json). `hidden`: seconds of
+    communication per step hidden behind compute (planner.breakdown), beside the exposed parts."""
+    out = est.to_dict()
+    out.update(flop_formula=FLOP_FORMULA, framework=framework, defaults_used=list(defaults))
+    if hidden is not None:
+        out["hidden_comm_s"] = dict(hidden)
+    if offload is not None:
+        out["offload_per_node"] = dict(offload)      # planner.breakdown.offload_needs
+    if total_tokens:
+        seconds = est.time_to_train_s(total_tokens)
+        out["training"] = {
+            "total_tokens": total_tokens,
+            "time_to_train_s": seconds,
+            "time_to_train_days": seconds / 86400,
+            "gpu_hours": seconds * est.num_gpus / HOUR,
+            "price_per_gpu_hour": price,
+            "cost": seconds * est.num_gpus / HOUR * price if price else None,
+        }
+    return out
+
 
 LAYOUT_KEYS = {"mbs": "micro_batch", "gbs": "global_batch", "zero": "zero_stage"}
 
@@ -21,7 +49,7 @@ def layout_dict(layout) -> dict:
 
 
 def plan_entry(p, result) -> dict:
-    return {"rank": p.rank, "layout": layout_dict(p.layout),
+    return {"rank": p.rank, "family": p.family, "layout": layout_dict(p.layout),
             "estimate": estimate_dict(p.estimate, result.profile.cost_framework,
                                       result.cluster.price_per_gpu_hour, result.request.total_tokens),
             "objective": list(p.objective)}
@@ -35,7 +63,7 @@ def inputs_dict(result) -> dict:
     cluster = {"gpu": g.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                "nvlink_domain": c.nvlink_domain, "nvlink_bandwidth_bytes_per_s": c.nvlink_bytes_per_s,
                "network_bandwidth_bytes_per_s": c.network_bytes_per_s, "hbm_bytes": g.hbm_bytes,
-               "price_per_gpu_hour": c.price_per_gpu_hour}
+               "price_per_gpu_hour": c.price_per_gpu_hour, "currency": result.currency}
     req = result.request
     request = {"num_gpus": req.num_gpus, "global_batch": req.global_batch,
                "global_batch_tokens": list(req.global_batch_tokens) if req.global_batch_tokens else None,
@@ -45,21 +73,86 @@ def inputs_dict(result) -> dict:
     return {"model": model, "cluster": cluster, "framework": result.profile.name, "request": request}
 
 
+def fmt_money(amount: float, currency: str = "") -> str:
+    text = f"{amount:,.2f}" if amount < 100 else f"{amount:,.0f}"
+    return f"{text} {currency}" if currency else text
+
+
+def cost_dict(est, price: float, currency: str = "", total_tokens: float = 0.0) -> dict | None:
+    """What the plan costs at `price` per GPU-hour: per hour of the job, per billion tokens, to train."""
+    if not price:
+        return None
+    per_hour = price * est.num_gpus
+    per_token = per_hour / 3600 / est.tokens_per_s
+    out = {"price_per_gpu_hour": price, "currency": currency, "per_hour": per_hour,
+           "per_billion_tokens": per_token * 1e9}
+    if total_tokens:
+        out["to_train"] = per_token * total_tokens
+    return out
+
+
+def cost_text(cost: dict) -> str:
+    cur = cost.get("currency", "")
+    text = (f"cost {fmt_money(cost['per_hour'], cur)} per hour ({fmt_money(cost['price_per_gpu_hour'], cur)} "
+            f"per GPU-hour), {fmt_money(cost['per_billion_tokens'], cur)} per billion tokens")
+    if cost.get("to_train") is not None:
+        text += f", {fmt_money(cost['to_train'], cur)} to train"
+    return text
+
+
+def warning_lines(warnings) -> list[str]:
+    """Each warning as '! message' and '  -> suggestion' (terminal and report)."""
+    out = []
+    for w in warnings:
+        w = w if isinstance(w, dict) else w.to_dict()
+        out.append(f"! {w['kind']}: {w['message']}")
+        if w.get("suggestion"):
+            out.append(f"  -> {w['suggestion']}")
+    return out
+
+
+def best_hidden_comm(result) -> dict:
+    from costmodels import catalog
+
+    from .breakdown import hidden_communication
+
+    fw = catalog.load_framework(result.profile.cost_framework)
+    return hidden_communication(result.model, result.cluster, fw, result.best.layout, result.best.estimate)
+
+
+def best_offload_needs(result) -> dict | None:
+    from costmodels import catalog
+
+    from .breakdown import offload_needs
+
+    fw = catalog.load_framework(result.profile.cost_framework)
+    return offload_needs(result.model, result.cluster, fw, result.best.layout)
+
+
 def plan_to_dict(result) -> dict:
+    """Keys in reading order (inputs, layout, estimate, warnings, alternatives, then bulk data);
+    `planner plan --json` keeps this order, plan.json is written with sorted keys. planner.ties adds
+    the error bands, ties and OOM risk (issue 9)."""
     from .ties import plan_hook
     best = result.best
     return plan_hook(result, {
+        "inputs": inputs_dict(result),
+        "defaults_used": list(result.notes),
         "layout": layout_dict(best.layout),
         "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
-                                  result.cluster.price_per_gpu_hour, result.request.total_tokens),
+                                  result.cluster.price_per_gpu_hour, result.request.total_tokens,
+                                  hidden=best_hidden_comm(result), offload=best_offload_needs(result)),
+        "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,
+                          result.request.total_tokens),
+        "warnings": [w.to_dict() for w in result.warnings],
+        "why": result.why,
         "runner_ups": [plan_entry(p, result) for p in result.runner_ups],
         "pareto": [plan_entry(p, result) for p in result.pareto],
-        "why": result.why,
         "search": {"method": result.method, "layouts_in_space": result.considered,
                    "layouts_checked": result.checked,
                    "layouts_satisfying_rules": result.lattice, "layouts_scored": result.scored,
                    "layouts_fitting": result.fitting, "study": result.study},
-        "inputs": inputs_dict(result),
+        "candidates_columns": ["tokens_per_s_per_gpu", "peak_memory_gib"],
         "candidates": result.candidates,
     })
 
@@ -67,21 +160,40 @@ def plan_to_dict(result) -> dict:
 def plan_text(result) -> str:
     best = result.best
     e = best.estimate
+    if result.method == "optuna":
+        # The study samples the layouts CP-SAT's sub-lattices combine to; it never counts how many of
+        # those satisfy every rule, so the header says what it knows.
+        study = result.study or {}
+        counts = (f"{result.checked:,} combined from the rules' sub-lattices, {result.considered:,} in the "
+                  f"space; optuna, {study.get('completed', result.scored):,} trials")
+    else:
+        counts = f"{result.lattice:,} satisfy the rules, {result.considered:,} in the space; {result.method}"
     lines = [f"{result.model.name} on {result.cluster.num_gpus} x {result.cluster.gpu.name} "
              f"({result.profile.name}): best of {result.fitting:,} fitting layouts "
-             f"({result.lattice:,} satisfy the rules, {result.considered:,} in the space; {result.method}, "
-             f"{result.seconds:.2f} s)", "",
+             f"({counts}, {result.seconds:.2f} s)", "",
              "  " + layout_line(best.layout),
              f"  step {fmt_seconds(e.step_time_s)}  {e.tokens_per_s_per_gpu:,.0f} tokens/s/GPU  "
-             f"MFU {e.mfu * 100:.1f}%  memory {fmt_bytes(e.memory.total)} of {fmt_bytes(e.hbm_bytes)}"]
+             f"MFU {e.mfu * 100:.1f}%  memory {fmt_bytes(e.memory.total)} of {fmt_bytes(e.hbm_bytes)}",
+             "  time: " + comm_summary(e, best_hidden_comm(result))]
+    needs = best_offload_needs(result)
+    if needs:
+        from .breakdown import offload_text
+        lines.append("  " + offload_text(needs))
     if result.request.total_tokens:
         t = e.time_to_train_s(result.request.total_tokens)
         lines.append(f"  {result.request.total_tokens:.3g} tokens: {fmt_seconds(t)}, "
                      f"{t * e.num_gpus / 3600:,.0f} GPU-hours")
+    cost = cost_dict(e, result.cluster.price_per_gpu_hour, result.currency, result.request.total_tokens)
+    if cost:
+        lines.append("  " + cost_text(cost))
+    if result.notes:
+        lines += ["", "defaults used:"] + [f"  {n}" for n in result.notes]
+    if result.warnings:
+        lines += ["", "warnings:"] + [f"  {w}" for w in warning_lines(result.warnings)]
     if result.runner_ups:
-        lines += ["", "runner-ups:"]
+        lines += ["", "runner-ups (the best of each other family of layouts, then other structures):"]
         for p in result.runner_ups:
-            lines.append(f"  {p.rank}. {layout_line(p.layout)}  {fmt_seconds(p.estimate.step_time_s)}  "
+            lines.append(f"  {p.rank}. [{p.family}] {layout_line(p.layout)}  {fmt_seconds(p.estimate.step_time_s)}  "
                          f"{p.estimate.step_time_s / p.estimate.tokens_per_step / (e.step_time_s / e.tokens_per_step) * 100 - 100:+.1f}%  "
                          f"{fmt_bytes(p.estimate.memory.total)}")
     from .ties import plan_text_lines

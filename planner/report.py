@@ -6,6 +6,7 @@ import io
 
 from costmodels.units import GiB, fmt_bytes, fmt_seconds
 
+from .breakdown import HIDDEN_LABELS
 from .evidence import evidence_lines
 from .text import MEMORY_LABELS, TIME_LABELS
 
@@ -59,22 +60,41 @@ def render_figures(data: dict, result=None) -> dict[str, bytes]:
     figs["memory.png"] = _fig_bytes(fig)
 
     t = est["time_breakdown_s"]
+    hidden = est.get("hidden_comm_s") or {}
     keys = [k for k in TIME_LABELS if t.get(k, 0) > 1e-9]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.barh([TIME_LABELS[k] for k in keys], [t[k] for k in keys], color="tab:blue")
+    labels = [TIME_LABELS[k] for k in keys] + [HIDDEN_LABELS[k] for k in hidden]
+    values = [t[k] for k in keys] + list(hidden.values())
+    fig, ax = plt.subplots(figsize=(6, 3.2 + 0.2 * len(hidden)))
+    bars = ax.barh(labels, values, color=["tab:blue"] * len(keys) + ["white"] * len(hidden),
+                   edgecolor=["tab:blue"] * len(keys) + ["tab:orange"] * len(hidden))
+    for bar in list(bars)[len(keys):]:
+        bar.set_hatch("//")
+    for i, (bar, v) in enumerate(zip(bars, values)):
+        share = f" ({v / est['step_time_s'] * 100:.1f}%)" if i < len(keys) else " (hidden)"
+        ax.annotate(fmt_seconds(v) + share, (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+                    va="center", fontsize=7, xytext=(2, 0), textcoords="offset points")
     ax.invert_yaxis()
-    ax.set_xlabel("seconds per step")
+    ax.set_xlim(0, max(values) * 1.35)
+    ax.set_xlabel("seconds per step (hatched: hidden behind compute, not in the step)")
     ax.set_title(f"Step time {fmt_seconds(est['step_time_s'])}")
     fig.tight_layout()
     figs["time.png"] = _fig_bytes(fig)
 
-    rows = [("best", est)] + [(f"#{r['rank']}", r["estimate"]) for r in data.get("runner_ups", [])]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.bar([r[0] for r in rows], [r[1]["tokens_per_s_per_gpu"] for r in rows], color="tab:green")
+    rows = [("best\n" + _short_layout(data["layout"]), est)] + \
+        [(f"#{r['rank']} {r.get('family', '')}\n{_short_layout(r['layout'])}", r["estimate"])
+         for r in data.get("runner_ups", [])]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    values = [r[1]["tokens_per_s_per_gpu"] for r in rows]
+    bars = ax.bar(range(len(rows)), values, color=["tab:blue"] + ["tab:green"] * (len(rows) - 1))
+    for bar, r in zip(bars, rows):
+        ax.annotate(f"{r[1]['tokens_per_s_per_gpu']:,.0f}\nMFU {r[1]['mfu'] * 100:.1f}%",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(rows)), [r[0] for r in rows], fontsize=6)
     from .ties import figure_error_bars
     figure_error_bars(ax, rows)          # 80% bands (issue 9)
+    ax.set_ylim(0, max(ax.get_ylim()[1], max(values) * 1.25))
     ax.set_ylabel("tokens/s per GPU")
-    ax.set_title("Best layout and runner-ups")
+    ax.set_title("Best layout and the best of other families")
     fig.tight_layout()
     figs["layouts.png"] = _fig_bytes(fig)
 
@@ -109,6 +129,17 @@ def _front(cand):
     return out
 
 
+def _short_layout(l: dict) -> str:
+    """What distinguishes layouts, in a few words (figure labels)."""
+    parts = [f"tp{l['tp']} pp{l['pp']} dp{l['dp']}" + (f" cp{l['cp']}" if l["cp"] > 1 else ""),
+             f"mb{l['micro_batch']} Z{l['zero_stage']}"]
+    if l["recompute"] != "none":
+        parts[-1] += f" rc-{l['recompute']}"
+    if l["offload_optimizer"] != "none" or l["offload_params"] != "none":
+        parts.append("offload")
+    return "\n".join(parts)
+
+
 def _layout_text(l: dict) -> str:
     parts = [f"tp {l['tp']}", f"pp {l['pp']}", f"dp {l['dp']}"]
     if l["cp"] > 1:
@@ -116,7 +147,7 @@ def _layout_text(l: dict) -> str:
     if l["vpp"] > 1:
         parts.append(f"vpp {l['vpp']}")
     parts += [f"micro batch {l['micro_batch']}", f"global batch {l['global_batch']}", f"seq {l['seq_len']}",
-              f"ZeRO-{l['zero_stage']}", f"recompute {l['recompute']}" + (f" ({l['recompute_layers']} layers per stage)" if l.get("recompute_layers") else ""), l["precision"]]
+              f"ZeRO-{l['zero_stage']}", f"recompute {l['recompute']}" + (f" ({l['recompute_layers']} layer{'s' if l['recompute_layers'] != 1 else ''} per stage)" if l.get("recompute_layers") else ""), l["precision"]]
     if l["sequence_parallel"]:
         parts.append("sequence parallel")
     if l["flash_attention"]:
@@ -143,24 +174,52 @@ def render_report(data: dict, figures: dict) -> str:
                  f"model TFLOP/s per GPU, **MFU {est['mfu'] * 100:.1f}%**.")
     lines.append(f"- **Memory** {fmt_bytes(est['peak_memory_bytes'])} of {fmt_bytes(est['hbm_bytes'])} per GPU "
                  f"(headroom {fmt_bytes(est['headroom_bytes'])}).")
+    if est.get("offload_per_node"):
+        from .breakdown import offload_text
+        lines.append(f"- **Offload**: {offload_text(est['offload_per_node'])[len('offload '):]}.")
     if est.get("training"):
         tr = est["training"]
-        cost = f", cost {tr['cost']:,.0f}" if tr.get("cost") else ""
         lines.append(f"- **Training** {tr['total_tokens']:.3g} tokens: {tr['time_to_train_days']:.1f} days, "
-                     f"{tr['gpu_hours']:,.0f} GPU-hours{cost}.")
+                     f"{tr['gpu_hours']:,.0f} GPU-hours.")
+    if data.get("cost"):
+        from .output import cost_text
+        text = cost_text(data["cost"])
+        lines.append(f"- **Cost** {text[len('cost '):]}.")
     s = data["search"]
     lines.append(f"- **Search**: {s['layouts_in_space']:,} layouts in the space, {s['layouts_satisfying_rules']:,} "
                  f"satisfy the framework's rules, {s['layouts_scored']:,} scored, {s['layouts_fitting']:,} fit "
                  f"({s['method']}).")
+    if data.get("defaults_used"):
+        lines += ["", "Defaults used: " + "; ".join(data["defaults_used"]) + "."]
+    lines += ["", "## Is this a good use of the cluster?", ""]
+    if data.get("warnings"):
+        lines += ["Each warning names what limits the plan and a fix; where a number is given the fix was "
+                  "planned (or re-estimated) with the change applied.", ""]
+        for w in data["warnings"]:
+            lines.append(f"- **{w['kind']}**: {w['message']}." + (f" Suggestion: {w['suggestion']}." if w.get("suggestion") else ""))
+    elif "warnings" not in data:
+        lines.append("This plan.json was written before the planner checked its plans: run `planner plan` again "
+                     "to see whether this one is a good use of the cluster.")
+    else:
+        lines.append("No warning: MFU, micro-batches per pipeline stage, tokens per GPU, exposed communication "
+                     "and the time spent to fit in memory are all within the planner's thresholds.")
     if data.get("why"):
         lines += ["", "## Why this layout", "", "Each line changes one knob of the plan and re-estimates:", ""]
         lines += [f"- {w}" for w in data["why"]]
     if data.get("runner_ups"):
-        lines += ["", "## Runner-ups", "", "| # | layout | step | tokens/s/GPU | memory |", "|---|---|---|---|---|"]
+        lines += ["", "## Alternatives", "",
+                  "The best layout of each other family (a tp / pp split, ZeRO-3, offload, context parallel), "
+                  "then the next best with another structure; ties within 0.01% go to the simpler layout "
+                  "(fewer moving parts, then the lower ZeRO stage, then less memory).", "",
+                  "| # | family | layout | step | tokens/s/GPU | MFU | vs best | memory |",
+                  "|---|---|---|---|---|---|---|---|"]
+        best_tpg = est["tokens_per_s_per_gpu"]
         for r in data["runner_ups"]:
             e = r["estimate"]
-            lines.append(f"| {r['rank']} | {_layout_text(r['layout'])} | {fmt_seconds(e['step_time_s'])} | "
-                         f"{e['tokens_per_s_per_gpu']:,.0f} | {fmt_bytes(e['peak_memory_bytes'])} |")
+            lines.append(f"| {r['rank']} | {r.get('family', '')} | {_layout_text(r['layout'])} | "
+                         f"{fmt_seconds(e['step_time_s'])} | {e['tokens_per_s_per_gpu']:,.0f} | "
+                         f"{e['mfu'] * 100:.1f}% | {(e['tokens_per_s_per_gpu'] / best_tpg - 1) * 100:+.1f}% | "
+                         f"{fmt_bytes(e['peak_memory_bytes'])} |")
     from .ties import report_lines
     lines += report_lines(data)          # bands, ties within model error, OOM risk (issue 9)
     lines += ["", "## Memory per GPU", "", "| part | GiB |", "|---|---|"]
@@ -170,12 +229,14 @@ def render_report(data: dict, figures: dict) -> str:
             lines.append(f"| {label} | {v / GiB:.2f} |")
     if "memory.png" in figures:
         lines += ["", "![memory](memory.png)"]
-    lines += ["", "## Time per step", "", "| part | seconds | share |", "|---|---|---|"]
+    lines += ["", "## Time per step", "", "| part | time per step | share |", "|---|---|---|"]
     step = est["step_time_s"]
     for k, label in TIME_LABELS.items():
         v = est["time_breakdown_s"].get(k, 0)
         if v > 1e-9:
-            lines.append(f"| {label} | {v:.4g} | {v / step * 100:.1f}% |")
+            lines.append(f"| {label} | {fmt_seconds(v)} | {v / step * 100:.1f}% |")
+    for k, v in (est.get("hidden_comm_s") or {}).items():
+        lines.append(f"| {HIDDEN_LABELS[k]} | {fmt_seconds(v)} | overlapped with compute, not in the step |")
     if "time.png" in figures:
         lines += ["", "![time](time.png)"]
     if "layouts.png" in figures:
@@ -191,9 +252,25 @@ def render_report(data: dict, figures: dict) -> str:
                   f"imports) and Megatron-DeepSpeed at commit `{req['megatron_deepspeed_commit'][:8]}`. "
                   "(later commits break grouped-query attention and rotary embeddings). "
                   "Fill in the data, checkpoint and tokenizer paths at the top of the script."]
+        sch = data.get("schedule")
+        if sch:
+            if sch["from_tokens"]:
+                iters = (f"`--train-iters {sch['train_iters']:,}`: the token budget over "
+                         f"{sch['tokens_per_step']:,} tokens per step, rounded up")
+            else:
+                iters = (f"`--train-iters {sch['train_iters']:,}` is a placeholder (no token budget was given: "
+                         "`--tokens` sets it)")
+            lines += ["", f"Training length and learning rate: {iters}. The learning-rate schedule written is "
+                      f"a **default to review**, not tuned for this model: {sch['decay_style']} decay from "
+                      f"{sch['lr']} to {sch['min_lr']} over the training iterations after "
+                      f"{sch['warmup_iters']:,} warm-up iterations, weight decay {sch['weight_decay']}, Adam "
+                      f"betas {sch['adam_beta1']} / {sch['adam_beta2']}."]
         if data.get("env"):
-            lines.append("Environment for every rank (also in `.deepspeed_env` for multi-node runs): "
-                         + ", ".join(f"`{k}={v}`" for k, v in sorted(data["env"].items())) + ".")
+            from .emit.megatron_ds import ENV_REASONS
+            lines.append("Environment for every rank (also in `.deepspeed_env` for multi-node runs, which the "
+                         "deepspeed launcher exports to every node): "
+                         + "; ".join(f"`{k}={v}`" + (f" ({ENV_REASONS[k]})" if k in ENV_REASONS else "")
+                                     for k, v in sorted(data["env"].items())) + ".")
     trust = evidence_lines(data)
     if trust:
         lines += ["", "## How far to trust these numbers", ""] + [f"- {t}" for t in trust]

@@ -54,6 +54,19 @@ class Plan:
     layout: Layout
     estimate: Estimate
     objective: tuple[float, ...]
+    family: str = ""             # structural family (see family_codes): "tp 8 / pp 16", "ZeRO-3", ...
+
+    def to_dict(self) -> dict:
+        """rank, family, layout (plan.json keys), estimate (Estimate.to_dict) and objective values."""
+        from .output import layout_dict
+
+        return {"rank": self.rank, "family": self.family, "layout": layout_dict(self.layout),
+                "estimate": self.estimate.to_dict(), "objective": [float(v) for v in self.objective]}
+
+    def __repr__(self) -> str:
+        from .text import layout_line
+
+        return f"Plan(#{self.rank}: {layout_line(self.layout)}; {self.estimate!r})"
 
 
 @dataclass
@@ -75,6 +88,9 @@ class PlanResult:
     why: list[str] = field(default_factory=list)
     study: dict | None = None
     candidates: list = field(default_factory=list)   # [tokens/s/GPU, GiB] of scored layouts that fit
+    notes: list = field(default_factory=list)        # defaults and roundings applied to the inputs
+    warnings: list = field(default_factory=list)     # advice.PlanWarning: what limits the plan, the fix
+    currency: str = ""                               # of cluster.price_per_gpu_hour, as the user gave it
 
     @property
     def best(self) -> Plan:
@@ -90,6 +106,29 @@ class PlanResult:
         {"layout", "estimate", "runner_ups": [{"rank", "tie", "estimate"}], "ties"}."""
         from .ties import result_data
         return result_data(self)
+
+    def to_dict(self) -> dict:
+        """The JSON object of `planner plan --json` (plan.json without the emitted job)."""
+        from .output import plan_to_dict
+
+        return plan_to_dict(self)
+
+    def write(self, out, force: bool = False, launcher: str = "deepspeed"):
+        """Write the job directory (launch.sh, ds_config.json, plan.json, report.md, figures) to `out`,
+        atomically; an existing `out` is replaced only with `force`. Returns its path."""
+        from .emit.writer import write_plan
+        from .output import check_out_dir
+
+        check_out_dir(out, force)
+        return write_plan(self, out, force=force, launcher=launcher)
+
+    def __repr__(self) -> str:
+        head = (f"PlanResult({self.model.name} on {self.cluster.num_gpus} x {self.cluster.gpu.name}, "
+                f"{self.profile.name}: ")
+        if not self.plans:
+            return head + "no plan)"
+        return (head + f"best {self.best!r}; {len(self.runner_ups)} runner-ups, "
+                f"{len(self.warnings)} warnings, {self.fitting:,} fitting layouts of {self.lattice:,})")
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -123,6 +162,7 @@ def _tie_columns(cols: dict) -> list[np.ndarray]:
 
 
 TIE = 1e-4    # objective values within 0.01% count as equal
+TIGHT_MEMORY = 0.10   # among equals, layouts leaving less than this share of GPU memory free rank last
 
 
 def complexity(cols: dict) -> np.ndarray:
@@ -133,12 +173,73 @@ def complexity(cols: dict) -> np.ndarray:
 
 
 def _rank(cols, batch, values, keep):
-    """Indices of the best `keep` rows (objective, then simplicity, then memory, then the layout)."""
+    """Indices of the best `keep` rows. The tie rule: objective values within TIE (0.01%) are equal;
+    among equals a layout with at least TIGHT_MEMORY (10%) of the GPU memory free ranks first (the
+    memory estimate has a few percent of error), then the simpler layout (fewer moving parts, see
+    `complexity`), then the lower ZeRO stage, then the one using less memory, then the layout's knobs
+    in KNOBS order."""
     scale = max(np.abs(values).min(), 1e-300)
     bucket = np.floor(values / (scale * TIE))
-    keys = _tie_columns(cols) + [batch.peak_memory_bytes, complexity(cols), bucket]
+    peak = np.asarray(batch.peak_memory_bytes, dtype=float)
+    tight = np.asarray(batch.headroom_bytes, dtype=float) < TIGHT_MEMORY * (peak + np.asarray(batch.headroom_bytes))
+    keys = _tie_columns(cols) + [peak, cols["zero"], complexity(cols), tight, bucket]
     idx = np.lexsort(keys)
     return idx[:keep]
+
+
+# Families of structurally different layouts: the runner-ups are the best layout of each family
+# other than the winner's (then the next best with another structure), so that a lead can choose.
+FAMILY_OFFLOAD, FAMILY_CP, FAMILY_ZERO3 = 1, 2, 3
+
+
+def family_codes(cols: dict) -> np.ndarray:
+    """Offload (any), context parallel (cp > 1), ZeRO-3, else one family per (tp, pp)."""
+    tp, pp = np.asarray(cols["tp"]), np.asarray(cols["pp"])
+    code = 1000 + tp * 100_000 + pp
+    code = np.where(np.asarray(cols["zero"]) == 3, FAMILY_ZERO3, code)
+    code = np.where(np.asarray(cols["cp"]) > 1, FAMILY_CP, code)
+    offload = (np.asarray(cols["offload_optimizer"]) > 0) | (np.asarray(cols["offload_params"]) > 0)
+    return np.where(offload, FAMILY_OFFLOAD, code)
+
+
+def family_label(code: int) -> str:
+    code = int(code)
+    fixed = {FAMILY_OFFLOAD: "offload", FAMILY_CP: "context parallel", FAMILY_ZERO3: "ZeRO-3"}
+    if code in fixed:
+        return fixed[code]
+    return f"tp {(code - 1000) // 100_000} / pp {(code - 1000) % 100_000}"
+
+
+_SKELETON = ("tp", "pp", "cp", "vpp", "mbs", "zero", "offload_optimizer", "offload_params", "recompute",
+             "recompute_layers", "sequence_parallel", "precision", "seq_len")
+
+
+def _alternatives(idx, cols, top_k) -> list[int]:
+    """The best row, then the best row of every other family in rank order, then rows whose structure
+    (the knobs of _SKELETON: not only the batch or the gradient-communication dtype) is new."""
+    if not len(idx) or top_k <= 0:
+        return []
+    fam = family_codes(cols)
+    chosen = [int(idx[0])]
+    seen = {int(fam[idx[0]])}
+    for j in idx[1:]:
+        if len(chosen) >= top_k:
+            break
+        if int(fam[j]) not in seen:
+            seen.add(int(fam[j]))
+            chosen.append(int(j))
+    if len(chosen) < top_k:
+        shapes = {tuple(int(cols[k][j]) for k in _SKELETON) for j in chosen}
+        for j in idx[1:]:
+            if len(chosen) >= top_k:
+                break
+            shape = tuple(int(cols[k][j]) for k in _SKELETON)
+            if int(j) not in chosen and shape not in shapes:
+                shapes.add(shape)
+                chosen.append(int(j))
+    position = np.empty(len(idx), dtype=np.int64)
+    position[idx] = np.arange(len(idx))
+    return sorted(chosen, key=lambda j: position[j])      # rank order
 
 
 class _Collector:
@@ -161,7 +262,10 @@ class _Collector:
         sub = {k: np.asarray(v)[sel] for k, v in batch.columns.items()}
         objs = [objective_values(o, _Cols(sub), self.req.total_tokens, self.cluster.price_per_gpu_hour,
                                  sub["num_gpus"]) for o in self.s.objectives]
-        pick = set(_rank(sub_cols, _Cols(sub), objs[0], KEEP).tolist())
+        order = _rank(sub_cols, _Cols(sub), objs[0], len(sel))
+        pick = set(order[:KEEP].tolist())
+        _, first = np.unique(family_codes(sub_cols)[order], return_index=True)
+        pick |= set(order[first].tolist())                 # the best of every family, for the runner-ups
         if len(objs) == 2:
             pick |= set(pareto_front(objs[0], objs[1]).tolist())
         pick = np.array(sorted(pick), dtype=np.int64)
@@ -454,10 +558,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, re
         raise _nothing_fits(model, cluster, profile, request, settings, space)
     cols, est, objs = merged
     idx = _rank(cols, _Cols(est), objs[0], len(objs[0]))
-    top = idx[:settings.top_k]
+    top = _alternatives(idx, cols, settings.top_k)
+    fams = family_codes(cols)
     ctx = Ctx(model, cluster, request.num_gpus)
     plans = [_plan(i + 1, {k: int(cols[k][j]) for k in KNOBS}, model, cluster, cost_fw, profile, space,
-                   tuple(float(o[j]) for o in objs)) for i, j in enumerate(top)]
+                   tuple(float(o[j]) for o in objs), family=family_label(fams[j])) for i, j in enumerate(top)]
     pareto = []
     if len(objs) == 2:
         front = pareto_front(objs[0], objs[1])
@@ -478,13 +583,14 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, re
     return result
 
 
-def _plan(rank, values, model, cluster, cost_fw, profile, space, objective, check=True) -> Plan:
+def _plan(rank, values, model, cluster, cost_fw, profile, space, objective, check=True, family="") -> Plan:
     layout = values_to_layout(values)
     if check:
         broken = cpsat.check(space, profile.all_rules, {k: int(values[k]) for k in KNOBS})
         if broken:   # would be a bug: the lattice and the rules disagree
             raise AssertionError(f"plan breaks {', '.join(r.name for r in broken)}")
-    return Plan(rank=rank, layout=layout, estimate=estimate(model, cluster, cost_fw, layout), objective=objective)
+    return Plan(rank=rank, layout=layout, estimate=estimate(model, cluster, cost_fw, layout), objective=objective,
+                family=family)
 
 
 def _rules_conflict(space: Space, profile: FrameworkProfile, request: SearchRequest) -> InfeasibleError:

@@ -7,6 +7,7 @@ Every field a case leaves out takes a documented default, and `Case.defaults` sa
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,22 +45,86 @@ class Case:
     framework: Framework
     training: TrainingSpec
     defaults: tuple[str, ...] = field(default=())
+    warnings: tuple[tuple[str, str, str], ...] = field(default=())   # (kind, message, suggestion)
 
 
-def load_model(ref) -> ModelSpec:
-    """Preset name, YAML / config.json path, or mapping."""
+# A Hugging Face config.json gives the longest sequence the model supports (max_position_embeddings:
+# 32,768 for Mistral, 131,072 for Qwen2 and Llama 3.1), not the length it was pre-trained at. Without
+# --seq-len the planner trains at min(max_position_embeddings, HF_TRAINING_SEQ_LEN) and says so.
+HF_TRAINING_SEQ_LEN = 4096
+HF_SOURCE = "Hugging Face config.json"
+# model_type values whose attention has query/key/value biases but no other linear biases.
+QKV_BIAS_MODEL_TYPES = ("qwen2", "qwen2_vl", "qwen")
+
+
+def default_seq_len(model: ModelSpec) -> tuple[int, str]:
+    """The training sequence length used when none is given, and why (for the defaults shown)."""
+    if model.source == HF_SOURCE and model.max_seq_len > HF_TRAINING_SEQ_LEN:
+        return HF_TRAINING_SEQ_LEN, (f"min(max_position_embeddings {model.max_seq_len:,}, {HF_TRAINING_SEQ_LEN}) "
+                                     "for a Hugging Face config")
+    return model.max_seq_len, "the model's"
+
+
+def model_warnings(data: dict, model: ModelSpec) -> list[tuple[str, str, str]]:
+    """(kind, message, suggestion) for what a Hugging Face config holds that the target cannot express."""
+    mt = str(data.get("model_type", "")).lower()
+    out = []
+    if mt in QKV_BIAS_MODEL_TYPES and not model.bias:
+        out.append(("model", f"{model.name} ({mt}) has biases on the query/key/value projections; "
+                    "Megatron-DeepSpeed at the pinned commit has no flag for them (--add-qkv-bias is "
+                    "Megatron-LM's), so the job is written with --disable-bias-linear and trains the model "
+                    "without QKV biases (it cannot load Qwen2 weights); the estimate counts no biases",
+                    "accept the bias-free variant (fine for pre-training from scratch); to keep the biases, "
+                    "train with Megatron-LM (--add-qkv-bias), which --framework megatron-lm plans for but "
+                    "writes no job for"))
+    return out
+
+
+def load_model(ref, warnings: list | None = None) -> ModelSpec:
+    """Preset name, YAML / config.json path, or mapping. What the target cannot express is appended
+    to `warnings` as (kind, message, suggestion)."""
     if isinstance(ref, str) and ref.endswith(".json") and Path(ref).exists():
         data = catalog.read_json_file(ref, "model")
         if not isinstance(data, dict):
             raise SpecError(f"model file '{ref}' must hold a JSON object")
         path = Path(ref)
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-        return catalog.model_from_dict(data, name=name)
+        model = catalog.model_from_dict(data, name=name)
+        if warnings is not None:
+            warnings.extend(model_warnings(data, model))
+        return model
+    if isinstance(ref, dict):
+        model = catalog.load_model(ref)
+        if warnings is not None:
+            warnings.extend(model_warnings(ref, model))
+        return model
     return catalog.load_model(ref)
 
 
 def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
-    return catalog.load_cluster(ref, num_gpus=num_gpus, gpus_per_node=gpus_per_node)
+    try:
+        return catalog.load_cluster(ref, num_gpus=num_gpus, gpus_per_node=gpus_per_node)
+    except SpecError as exc:
+        m = re.search(r"(\d+) GPUs is not a whole number of (\d+)-GPU nodes", str(exc))
+        if not m or gpus_per_node is not None:
+            raise
+        n, g = int(m.group(1)), int(m.group(2))
+        fits = [d for d in range(g - 1, 0, -1) if n % d == 0][:1]
+        lower, upper = n // g * g, -(-n // g) * g
+        options = [f"--gpus {v}" for v in (lower, upper) if v > 0]
+        hint = (f"; for nodes of {fits[0]} GPUs give --gpus-per-node {fits[0]}" if fits else "") + \
+            (f", or use {' or '.join(options)}" if options else "")
+        raise SpecError(f"{str(exc).splitlines()[0]}{hint}") from None
+
+
+def alias_note(kind: str, ref) -> str | None:
+    """'cluster H100 means the catalog's H100-SXM' when a name is an alias, not the preset's own name."""
+    if not isinstance(ref, str):
+        return None
+    name = catalog.canonical_name(kind, ref)
+    if name is None or name.lower() == ref.strip().lower():
+        return None
+    return f"{'cluster' if kind == 'gpu' else kind} '{ref}' means the catalog's {name} (an alias)"
 
 
 def _int(section: dict, key: str, what: str, default=None):
@@ -133,7 +198,8 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
     if seq is None:
         seq = _int(section, "seq_length", what)
     if seq is None:
-        seq = model.max_seq_len
+        seq, why = default_seq_len(model)
+        used.append(f"{what}.seq_len = {seq} ({why})")
     zero = section.get("zero_stage", section.get("zero"))
     if zero is None:
         zero = LAYOUT_DEFAULTS["zero_stage"]
@@ -198,7 +264,8 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
         return ref
 
     model_ref = _section(data, "model")
-    model = load_model(resolve(model_ref) if not isinstance(model_ref, dict) else model_ref)
+    model_warns: list = []
+    model = load_model(resolve(model_ref) if not isinstance(model_ref, dict) else model_ref, model_warns)
     cluster_raw = _section(data, "cluster")
     parallel = _section(data, "parallel", required=False) or {}
     if isinstance(cluster_raw, dict):
@@ -242,7 +309,7 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
                                                           minimum=0.0),
                             framework=framework.name)
     return Case(model=model, cluster=cluster, layout=layout, framework=framework, training=training,
-                defaults=tuple(defaults))
+                defaults=tuple(defaults), warnings=tuple(model_warns))
 
 
 def load_case(path) -> Case:

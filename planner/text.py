@@ -24,7 +24,8 @@ def layout_line(l: Layout) -> str:
         flags.append(f"optimizer->{l.offload_optimizer.value}")
     if l.offload_params.value != "none":
         flags.append(f"params->{l.offload_params.value}")
-    rc = l.recompute.value + (f" ({l.recompute_layers} layers/stage)" if l.recompute_layers else "")
+    per = "layer" if l.recompute_layers == 1 else "layers"
+    rc = l.recompute.value + (f" ({l.recompute_layers} {per}/stage)" if l.recompute_layers else "")
     flags += [f"recompute {rc}", l.precision.value]
     if l.flash_attention:
         flags.append("flash-attn")
@@ -47,8 +48,31 @@ def _band(bands, key, fmt) -> str:
     return f" (80% band {fmt(lo)} - {fmt(hi)})"
 
 
+COMM_KEYS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm", "zero_comm")
+
+
+def comm_summary(est: Estimate, hidden: dict | None = None) -> str:
+    """'compute 33.1%, pipeline bubble 44.3%, ..., exposed communication 11.3% (TP collectives 6.7%, ...);
+    communication hidden behind compute 4.2 s': where the step goes, in one line."""
+    step = est.step_time_s
+    parts = [(TIME_LABELS[k].replace(" (exposed)", ""), getattr(est.time, k)) for k in COMM_KEYS]
+    exposed = sum(v for _, v in parts)
+    others = [(TIME_LABELS[k], getattr(est.time, k)) for k in TIME_LABELS
+              if k not in COMM_KEYS and k != "compute" and getattr(est.time, k) / step >= 0.01]
+    text = ", ".join([f"compute {est.time.compute / step * 100:.1f}%"]
+                     + [f"{label} {v / step * 100:.1f}%" for label, v in sorted(others, key=lambda x: -x[1])]
+                     + [f"exposed communication {exposed / step * 100:.1f}%"])
+    shown = [f"{label} {v / step * 100:.1f}%" for label, v in parts if v / step >= 0.001]
+    if shown:
+        text += f" ({', '.join(shown)})"
+    if hidden:
+        text += f"; communication hidden behind compute {fmt_seconds(sum(hidden.values()))}"
+    return text
+
+
 def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: float = 0.0,
-                  price: float = 0.0, defaults=(), bands: dict | None = None) -> str:
+                  price: float = 0.0, defaults=(), hidden: dict | None = None,
+                  bands: dict | None = None) -> str:
     lines = [title, "  " + layout_line(layout), ""]
     lines.append(f"  step time        {fmt_seconds(est.step_time_s)}" + _band(bands, "step_time_band_s", fmt_seconds))
     lines.append(f"  tokens/s         {est.tokens_per_s:,.0f} ({est.tokens_per_s_per_gpu:,.0f} per GPU)")
@@ -79,6 +103,11 @@ def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: fl
         value = getattr(est.time, key)
         if value > 1e-9:
             lines.append(f"    {label:28s} {fmt_seconds(value):>10s}  {value / step * 100:5.1f}%")
+    if hidden:
+        from .breakdown import HIDDEN_LABELS
+        lines.append("  communication hidden behind compute (overlapped, not in the step)")
+        for key, value in hidden.items():
+            lines.append(f"    {HIDDEN_LABELS[key]:28s} {fmt_seconds(value):>10s}")
     if defaults:
         lines.append("")
         lines.append("  defaults used: " + "; ".join(defaults))

@@ -205,14 +205,16 @@ def plan_hook(result, data: dict) -> dict:
         entry["estimate"].update(bands_dict(result.model, result.cluster, fw, p.layout, p.estimate))
     data["ties"] = annotate(data, result.settings.objectives[0])
     data["ties"]["advantage_from_thin_constants"] = advantage_notes(result, fw)
+    for bulk in ("search", "candidates_columns", "candidates"):     # bulk data stays last (reading order)
+        if bulk in data:
+            data[bulk] = data.pop(bulk)
     return data
 
 
 def result_data(result) -> dict:
     """The layout / estimate / runner-ups part of plan data, with bands and ties (for text output and
     the Python API; plan_to_dict builds the full plan.json)."""
-    from .api import estimate_dict
-    from .output import layout_dict
+    from .output import estimate_dict, layout_dict
 
     price, tokens = result.cluster.price_per_gpu_hour, result.request.total_tokens
     fw_name = result.profile.cost_framework
@@ -257,7 +259,7 @@ def figure_error_bars(ax, rows) -> None:
     """80% bands as error bars on the tokens/s-per-GPU bars of layouts.png (rows: (label, estimate dict))."""
     if not rows or any("step_time_band_s" not in e for _, e in rows):
         return
-    labels = [label for label, _ in rows]
+    labels = list(range(len(rows)))        # bar positions (layouts.png labels them with ticks)
     tps = [e["tokens_per_s_per_gpu"] for _, e in rows]
     down = [t - t * e["step_time_s"] / e["step_time_band_s"][1] for t, (_, e) in zip(tps, rows)]
     up = [t * e["step_time_s"] / e["step_time_band_s"][0] - t for t, (_, e) in zip(tps, rows)]

@@ -14,5 +14,9 @@ python -c "import deepspeed" 2>/dev/null || DS_BUILD_OPS=0 python -m pip install
 python -m pip install -q -e ".[test,postgres]"
 if [ -x scripts/postgres.sh ] && [ "${PLANNER_SKIP_POSTGRES:-0}" != "1" ]; then
   eval "$(bash scripts/postgres.sh)" || echo "PostgreSQL unavailable: the multi-worker test will be skipped" >&2
+  if [ -n "${PLANNER_TEST_POSTGRES_STARTED:-}" ]; then
+    # stop the server this run started (one that was already running is left alone)
+    trap 'bash scripts/postgres.sh stop "$PLANNER_TEST_POSTGRES_STARTED"' EXIT
+  fi
 fi
 python -m pytest "$@"

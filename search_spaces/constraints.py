@@ -99,8 +99,9 @@ class Rule:
     holds: Callable[[Ctx, dict], np.ndarray]
     encode: Callable[[Ctx, Vars, object], None]
 
-    def describe(self, ctx: Ctx) -> str:
-        return self.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus)
+    def describe(self, ctx: Ctx, framework: str = "the framework") -> str:
+        return self.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus,
+                                   name=framework)
 
 
 def _implies(v: Vars, enforce, conditions, constraint):

@@ -198,7 +198,7 @@ def violated(rules, ctx, layout) -> list[Rule]:
 
 def _fix_hint(rule: Rule, ctx, layout, rules) -> str:
     """Values of the rule's first knob that would satisfy it, others unchanged."""
-    from .space import ENUMS, build_space, SearchRequest
+    from .space import BOOLS, ENUMS, build_space, SearchRequest
 
     knob = rule.knobs[0]
     try:
@@ -212,7 +212,8 @@ def _fix_hint(rule: Rule, ctx, layout, rules) -> str:
         trial = dict(layout_columns(layout))
         trial[knob] = np.array([value])
         if bool(np.asarray(rule.holds(ctx, trial)).reshape(-1)[0]):
-            good.append(ENUMS[knob].from_code(value).value if knob in ENUMS else value)
+            good.append(ENUMS[knob].from_code(value).value if knob in ENUMS
+                        else str(bool(value)).lower() if knob in BOOLS else value)
     if not good:
         return ""
     shown = ", ".join(str(v) for v in good[:8]) + (" ..." if len(good) > 8 else "")
@@ -252,6 +253,18 @@ def uneven_pipeline_error(model, layout) -> str | None:
     if layout.vpp > 1:
         return "an uneven split with interleaving (vpp > 1) is not modelled yet; use vpp = 1"
     return None
+
+
+def framework_violations(model, cluster, layout, profile: FrameworkProfile) -> list[tuple[Rule, str, str]]:
+    """The profile's own rules (not the structural ones) that a layout breaks: (rule, message, fix)."""
+    from .constraints import Ctx
+
+    ctx = Ctx(model, cluster, layout.world)
+    out = []
+    for rule in violated(profile.rules, ctx, layout):
+        hint = _fix_hint(rule, ctx, layout, profile.all_rules).lstrip("; ")
+        out.append((rule, describe(rule, ctx, profile), hint))
+    return out
 
 
 def structural_errors(case) -> None:

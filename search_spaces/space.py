@@ -88,8 +88,27 @@ def _powers_of_two(limit: int) -> list[int]:
     return out
 
 
+def batch_sequences(lo: float, hi: float, seq_len: int) -> tuple[list[int], bool]:
+    """Global batches (in sequences of `seq_len`) for a token range, and whether it was rounded.
+
+    Every 2^k and 3 x 2^k sequences whose tokens lie in [lo, hi]; when none does (a single target
+    such as 4e6 tokens, or a narrow range), the whole number of sequences nearest to the middle of
+    the range (at least one): the rounding is reported, never silent.
+    """
+    out = []
+    for base in (1, 3):
+        v = base
+        while v * seq_len <= hi:
+            if v * seq_len >= lo:
+                out.append(v)
+            v *= 2
+    if out:
+        return sorted(set(out)), False
+    return [max(1, int(round((lo + hi) / 2 / seq_len)))], True
+
+
 def _batch_candidates(request: SearchRequest, seq_lens: tuple[int, ...]) -> tuple[int, ...]:
-    """Global batches in sequences: the fixed one, or every 2^k and 3 x 2^k inside the token range."""
+    """Global batches in sequences: the fixed one, or those of `batch_sequences` for each length."""
     if request.global_batch is not None:
         return (int(request.global_batch),)
     if request.global_batch_tokens is None:
@@ -100,15 +119,7 @@ def _batch_candidates(request: SearchRequest, seq_lens: tuple[int, ...]) -> tupl
         raise SpecError(f"global batch token range {lo:g}-{hi:g} is empty; give LOW <= HIGH, both > 0")
     out = set()
     for s in seq_lens:
-        for base in (1, 3):
-            v = base
-            while v * s <= hi:
-                if v * s >= lo:
-                    out.add(v)
-                v *= 2
-    if not out:
-        raise SpecError(f"no global batch of whole sequences lies in {lo:g}-{hi:g} tokens "
-                        f"for sequence length(s) {', '.join(map(str, seq_lens))}")
+        out.update(batch_sequences(lo, hi, s)[0])
     return tuple(sorted(out))
 
 

@@ -104,10 +104,23 @@ def layout_args(layout: Layout) -> list[str]:
     return [str(x) for x in a]
 
 
+DEFAULT_TRAIN_ITERS = 100_000     # without a token budget: a placeholder the report says to replace
+
+
+def lr_schedule(train_iters: int) -> dict:
+    """The learning-rate schedule written into launch.sh: a common default for decoder LLMs (cosine
+    decay to a tenth, warm-up over 1% of the steps, at most 2,000), not tuned for the model."""
+    return {"lr": "3.0e-4", "min_lr": "3.0e-5", "decay_style": "cosine",
+            "warmup_iters": min(2000, max(1, train_iters // 100)), "weight_decay": "0.1",
+            "adam_beta1": "0.9", "adam_beta2": "0.95"}
+
+
 def training_args(train_iters: int) -> list[str]:
-    return ["--train-iters", str(train_iters), "--lr", "3.0e-4", "--min-lr", "3.0e-5",
-            "--lr-decay-style", "cosine", "--lr-warmup-iters", str(min(2000, max(1, train_iters // 100))),
-            "--weight-decay", "0.1", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--init-method-std", "0.02",
+    lr = lr_schedule(train_iters)
+    return ["--train-iters", str(train_iters), "--lr", lr["lr"], "--min-lr", lr["min_lr"],
+            "--lr-decay-style", lr["decay_style"], "--lr-warmup-iters", str(lr["warmup_iters"]),
+            "--weight-decay", lr["weight_decay"], "--adam-beta1", lr["adam_beta1"], "--adam-beta2",
+            lr["adam_beta2"], "--init-method-std", "0.02",
             "--seed", "1234", "--log-interval", "10", "--eval-interval", "1000", "--eval-iters", "10",
             "--save-interval", "1000", "--split", "949,50,1", "--num-workers", "2",
             "--distributed-backend", "nccl", "--data-path", "$DATA_PATH", "--save", "$CHECKPOINT_PATH",
@@ -189,6 +202,14 @@ def ds_config(layout: Layout) -> dict:
     return cfg
 
 
+# Why each variable of `environment` is set (report.md; .deepspeed_env itself cannot hold comments).
+ENV_REASONS = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": "one hardware queue, so tensor-parallel communication is issued in "
+                                   "order with the GEMMs it overlaps (Megatron requires it for "
+                                   "--sequence-parallel, arguments.py:403-411)",
+}
+
+
 def environment(layout: Layout) -> dict:
     env = {}
     if layout.tp > 1 or layout.sequence_parallel:
@@ -198,7 +219,7 @@ def environment(layout: Layout) -> dict:
 
 def build_job(model: ModelSpec, layout: Layout, total_tokens: float = 0.0) -> Job:
     tokens_per_step = layout.gbs * layout.seq_len
-    train_iters = int(-(-total_tokens // tokens_per_step)) if total_tokens else 100_000
+    train_iters = int(-(-total_tokens // tokens_per_step)) if total_tokens else DEFAULT_TRAIN_ITERS
     argv = (model_args(model, layout.seq_len, layout.tp) + tokenizer_args(model) + layout_args(layout)
             + training_args(train_iters) + deepspeed_args(layout))
     return Job(argv=tuple(argv), ds_config=ds_config(layout), env=environment(layout), train_iters=train_iters)

@@ -23,7 +23,8 @@ from costmodels.errors import SpecError
 from costmodels.units import fmt_bytes, fmt_seconds
 
 from ..text import layout_line
-from .megatron_ds import DEEPSPEED_REQUIREMENT, DEEPSPEED_TESTED, MEGATRON_DEEPSPEED_COMMIT, Job, build_job
+from .megatron_ds import (DEEPSPEED_REQUIREMENT, DEEPSPEED_TESTED, MEGATRON_DEEPSPEED_COMMIT, Job, build_job,
+                          lr_schedule)
 
 # Variables launch.sh defines itself; an argument that is exactly "$NAME" of one of these is left for
 # the shell to expand (double-quoted). Every other value is quoted by shlex.quote.
@@ -203,6 +204,9 @@ def render_files(result, launcher: str = "deepspeed") -> dict[str, bytes]:
         data["ds_config"] = job.ds_config
         data["env"] = job.env
         data["launcher"] = launcher
+        data["schedule"] = {"train_iters": job.train_iters, "from_tokens": bool(result.request.total_tokens),
+                            "tokens_per_step": result.best.layout.gbs * result.best.layout.seq_len,
+                            **lr_schedule(job.train_iters)}
         data["requires"] = {"megatron_deepspeed_commit": MEGATRON_DEEPSPEED_COMMIT,
                             "deepspeed": DEEPSPEED_REQUIREMENT, "deepspeed_tested": DEEPSPEED_TESTED}
     data["version"] = 1

@@ -1,0 +1,473 @@
+"""Issue 12: a plan a training lead can act on (units, defaults, schedule, cost, advice, API)."""
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+from planner.cli_plan import parse_tokens
+
+
+def _plan(*args):
+    r = CliRunner().invoke(main, ["plan", *args])
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def _plan_json(*args):
+    return json.loads(_plan(*args, "--json").stdout)
+
+
+# ---- item 2: one unit convention for --global-batch-tokens, targets rounded to whole sequences -----
+
+def test_token_suffixes_are_binary_like_the_default():
+    assert parse_tokens("1M") == 2**20 and parse_tokens("4Mi") == 4 * 2**20
+    assert parse_tokens("512K") == 512 * 2**10 and parse_tokens("512ki") == 512 * 2**10
+    assert parse_tokens("4194304") == 4194304 and parse_tokens("4e6") == 4e6
+
+
+def test_typing_the_documented_default_gives_the_default_result():
+    base = ["--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1"]
+    default = _plan_json(*base)
+    typed = _plan_json(*base, "--global-batch-tokens", "1M-4M")
+    assert typed["layout"] == default["layout"]
+    assert typed["inputs"]["request"]["global_batch_tokens"] == [2**20, 2**22]
+
+
+def test_a_token_target_at_sequence_8192_is_whole_sequences():
+    base = ["--model", "llama3.1-8b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1"]
+    data = _plan_json(*base, "--global-batch-tokens", "16M-16M")
+    assert data["layout"]["global_batch"] == 2048 and data["layout"]["seq_len"] == 8192
+    single = _plan_json(*base, "--global-batch-tokens", "4M")
+    assert single["layout"]["global_batch"] == 512
+
+
+def test_a_decimal_target_is_rounded_to_the_nearest_whole_sequence_and_said():
+    base = ["--model", "llama3.1-8b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1"]
+    r = _plan(*base, "--global-batch-tokens", "4e6-4e6")
+    assert "488 sequences of 8192 = 3,997,696 tokens (rounded to the nearest whole number of sequences)" \
+        in r.stdout
+    data = _plan_json(*base, "--global-batch-tokens", "4e6")
+    assert data["layout"]["global_batch"] == 488
+
+
+# ---- item 3: Hugging Face sequence length, Qwen2 QKV bias ------------------------------------------
+
+QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+         "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
+         "num_hidden_layers": 28, "vocab_size": 152064, "max_position_embeddings": 131072,
+         "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False}
+
+
+@pytest.fixture
+def qwen2(tmp_path):
+    path = tmp_path / "qwen2-7b" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(QWEN2))
+    return str(path)
+
+
+def test_hf_config_trains_at_4096_not_max_position_and_says_so(qwen2):
+    base = ["--model", qwen2, "--cluster", "H100-SXM", "--gpus", "16", "--top", "1"]
+    r = _plan(*base)
+    assert "seq 4096" in r.stdout
+    assert "sequence length 4096 (min(max_position_embeddings 131,072, 4096)" in r.stdout
+    data = _plan_json(*base)
+    assert data["layout"]["seq_len"] == 4096
+    assert any("max_position_embeddings 131,072" in d for d in data["defaults_used"])
+    longer = _plan_json(*base, "--seq-len", "8192")
+    assert longer["layout"]["seq_len"] == 8192
+
+
+def test_hf_config_case_file_uses_the_training_length(qwen2, tmp_path):
+    from planner.api import estimate
+
+    res = estimate(model=qwen2, cluster="H100-SXM", parallel={"tp": 4, "pp": 1, "dp": 2})
+    assert res.case.layout.seq_len == 4096
+    assert any("seq_len = 4096" in d for d in res.defaults)
+
+
+def test_qwen2_qkv_bias_is_not_dropped_silently(qwen2):
+    data = _plan_json("--model", qwen2, "--cluster", "H100-SXM", "--gpus", "16", "--top", "1")
+    model_warnings = [w for w in data["warnings"] if w["kind"] == "model"]
+    assert model_warnings and "query/key/value" in model_warnings[0]["message"]
+    assert "--disable-bias-linear" in model_warnings[0]["message"]
+
+
+# ---- item 4: --train-iters from --tokens, the schedule stated in report.md --------------------------
+
+def test_train_iters_follow_the_token_budget_and_the_report_names_the_schedule(tmp_path):
+    out = tmp_path / "job"
+    data = _plan_json("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512",
+                      "--tokens", "3e11", "--out", str(out))
+    tokens_per_step = data["layout"]["global_batch"] * data["layout"]["seq_len"]
+    iters = math.ceil(3e11 / tokens_per_step)
+    assert f"--train-iters {iters}\n" in (out / "launch.sh").read_text()
+    report = (out / "report.md").read_text()
+    assert f"--train-iters {iters:,}" in report and "default to review" in report and "cosine" in report
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["schedule"]["train_iters"] == iters and plan["schedule"]["from_tokens"] is True
+
+
+def test_without_tokens_the_report_says_train_iters_is_a_placeholder(tmp_path):
+    out = tmp_path / "job"
+    _plan("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512", "--out", str(out))
+    report = (out / "report.md").read_text()
+    assert "`--train-iters 100,000` is a placeholder" in report
+
+
+# ---- item 5: price and cost ---------------------------------------------------------------------------
+
+def test_price_per_gpu_hour_prints_the_cost_everywhere(tmp_path):
+    base = ["--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512",
+            "--price-per-gpu-hour", "2.5 USD", "--tokens", "1e11"]
+    r = _plan(*base)
+    assert "cost 20.00 USD per hour (2.50 USD per GPU-hour)" in r.stdout and "USD to train" in r.stdout
+    data = _plan_json(*base)
+    cost = data["cost"]
+    assert cost["currency"] == "USD" and cost["per_hour"] == pytest.approx(20.0)
+    est = data["estimate"]
+    assert cost["to_train"] == pytest.approx(1e11 / est["tokens_per_s"] / 3600 * 20.0)
+    out = tmp_path / "job"
+    _plan(*base, "--out", str(out))
+    assert "**Cost** 20.00 USD per hour" in (out / "report.md").read_text()
+
+
+def test_cost_objective_without_a_price_warns():
+    data = _plan_json("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512",
+                      "--objective", "cost")
+    assert [w["kind"] for w in data["warnings"]].count("cost") == 1
+    assert data["cost"] is None
+    priced = _plan_json("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512",
+                        "--objective", "cost", "--price-per-gpu-hour", "3")
+    assert not [w for w in priced["warnings"] if w["kind"] == "cost"]
+    assert priced["cost"]["per_hour"] == pytest.approx(24.0)
+
+
+def test_bad_price_is_one_line_error():
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--price-per-gpu-hour", "cheap"])
+    assert r.exit_code == 2 and "error: --price-per-gpu-hour" in r.output
+
+
+# ---- item 1: the batch scales with the cluster; every poor plan says why and what would help ------
+
+def test_default_batch_range_scales_with_the_cluster():
+    from planner.api import default_batch_tokens
+
+    assert default_batch_tokens(8) == (2**20, 2**22)
+    assert default_batch_tokens(4096) == (2**20, 2**22)
+    assert default_batch_tokens(16384) == (2**22, 2**24)          # 256-1,024 tokens per GPU
+    assert default_batch_tokens(10**6) == (2**24, 2**24)          # capped at 16M tokens
+
+
+def test_405b_on_16k_gpus_searches_a_16m_token_batch():
+    data = _plan_json("--model", "llama3.1-405b", "--cluster", "H100-SXM", "--gpus", "16384", "--top", "1")
+    assert data["inputs"]["request"]["global_batch_tokens"] == [2**22, 2**24]
+    assert any("4M-16M tokens (the default for 16,384 GPUs): 512-2,048 sequences of 8192" in d
+               for d in data["defaults_used"])
+
+
+def test_a_poor_plan_says_what_limits_it_and_the_fix_with_its_effect():
+    args = ["--model", "llama3.1-405b", "--cluster", "H100-SXM", "--gpus", "16384", "--global-batch", "512",
+            "--top", "1"]
+    data = _plan_json(*args)
+    warnings = {w["kind"]: w for w in data["warnings"]}
+    assert {"batch_too_small", "pipeline_bubble", "low_mfu"} <= set(warnings)
+    for w in data["warnings"]:
+        assert {"kind", "message", "suggestion"} <= set(w) and w["message"] and w["suggestion"]
+    small = warnings["batch_too_small"]
+    assert "256 tokens per GPU on 16,384 GPUs" in small["message"]
+    assert small["suggestion"].startswith("global batch 2,048 sequences (16M tokens): MFU ")
+    before, after = small["predicted"]["mfu"]
+    assert after > before and small["predicted"]["fits"]
+    assert f"MFU {before * 100:.1f}% -> {after * 100:.1f}%" in small["suggestion"]
+    # the predicted effect is what planning with that batch gives
+    again = _plan_json(*args[:6], "--global-batch", "2048", "--top", "1")
+    assert again["estimate"]["mfu"] == pytest.approx(after)
+    bubble = warnings["pipeline_bubble"]
+    assert "4 micro-batches through 16 pipeline stages" in bubble["message"]
+    text = _plan(*args).stdout
+    assert "warnings:" in text and "! batch_too_small:" in text and "-> global batch 2,048 sequences" in text
+
+
+def test_poor_plan_warnings_reach_the_report(tmp_path):
+    out = tmp_path / "job"
+    _plan("--model", "llama3.1-405b", "--cluster", "H100-SXM", "--gpus", "16384", "--global-batch", "512",
+          "--top", "1", "--out", str(out))
+    report = (out / "report.md").read_text()
+    assert "## Is this a good use of the cluster?" in report and "**batch_too_small**" in report
+
+
+def test_fewer_gpus_advice_is_a_real_replan():
+    from planner import plan as api_plan
+
+    res = api_plan("llama3.1-405b", "H100-SXM", gpus=16384, global_batch=512, top_k=1)
+    fewer = [w for w in res.warnings if w.kind == "fewer_gpus"]
+    assert fewer, [str(w) for w in res.warnings]
+    n2 = int(fewer[0].predicted["change"].split()[0].replace(",", ""))
+    small = api_plan("llama3.1-405b", "H100-SXM", gpus=n2, global_batch=512, top_k=1, advice=False)
+    assert small.best.estimate.mfu == pytest.approx(fewer[0].predicted["mfu"][1])
+
+
+def test_a_good_plan_has_no_warnings():
+    data = _plan_json("--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8", "--top", "1")
+    assert data["warnings"] == []
+
+
+# ---- item 8: estimate a layout that breaks the target's rules, and name the rule -----------------
+
+CASE_SP = {"model": "llama2-7b", "cluster": {"gpu": "H100-SXM", "num_gpus": 8, "gpus_per_node": 8},
+           "parallel": {"tp": 2, "pp": 1, "dp": 4, "micro_batch": 2, "global_batch": 512,
+                        "sequence_parallel": True}}
+
+
+def test_estimate_names_the_framework_rule_a_layout_breaks(tmp_path):
+    import yaml
+
+    case = tmp_path / "case.yaml"
+    case.write_text(yaml.safe_dump(CASE_SP))
+    r = CliRunner().invoke(main, ["estimate", str(case), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["step_time_s"] > 0
+    [w] = data["warnings"]
+    assert w["kind"] == "framework_rule" and "'mds-no-sequence-parallel'" in w["message"]
+    assert w["suggestion"].startswith("sequence_parallel could be false")
+    text = CliRunner().invoke(main, ["estimate", str(case)]).stdout
+    assert "! framework_rule: the layout breaks the megatron-deepspeed rule 'mds-no-sequence-parallel'" in text
+    # the same layout under Megatron-LM's rules breaks none of them
+    lm = dict(CASE_SP, framework="megatron-lm")
+    from planner.api import estimate
+    assert not estimate(lm).warnings
+
+
+def test_the_shipped_example_keeps_its_framework_rules():
+    from pathlib import Path
+
+    from planner.api import estimate
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "llama2-7b-h100.yaml"
+    assert estimate(str(example)).warnings == ()
+
+
+# ---- items 10 and 11: a complete Python API; JSON in reading order ------------------------------
+
+def test_python_api_to_dict_repr_version_and_write(tmp_path):
+    import planner
+
+    assert planner.__version__ and planner.__version__[0].isdigit()
+    res = planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=512, top_k=2)
+    d = res.to_dict()
+    json.dumps(d)                                        # plain Python values only
+    assert d["layout"]["tp"] == res.best.layout.tp and d["warnings"] == []
+    p = res.best.to_dict()
+    json.dumps(p)
+    assert p["estimate"]["step_time_s"] == pytest.approx(res.best.estimate.step_time_s)
+    e = res.best.estimate.to_dict()
+    assert e["mfu"] == pytest.approx(res.best.estimate.mfu) and "time_breakdown_s" in e
+    assert repr(res).startswith("PlanResult(gpt-1.7b on 8 x H100-SXM, megatron-deepspeed: best Plan(#1: tp ")
+    assert "MFU" in repr(res.best.estimate) and len(repr(res)) < 600
+    out = planner.write_job(res, tmp_path / "job")
+    assert (out / "launch.sh").exists() and (out / "plan.json").exists() and (out / "report.md").exists()
+    from costmodels.errors import SpecError
+    with pytest.raises(SpecError, match="already exists"):
+        res.write(tmp_path / "job")                      # exists, no force
+    res.write(tmp_path / "job", force=True)
+    est = planner.estimate(model="gpt-1.7b", cluster="H100-SXM", parallel={"tp": 1, "pp": 1, "dp": 8})
+    assert repr(est).startswith("EstimateResult(gpt-1.7b on 8 x H100-SXM")
+    json.dumps(est.to_dict())
+
+
+def test_plan_json_and_explain_json_read_in_order(tmp_path):
+    out = tmp_path / "job"
+    r = _plan("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "512", "--json",
+              "--out", str(out))
+    keys = list(json.loads(r.stdout))
+    assert keys[:6] == ["inputs", "defaults_used", "layout", "estimate", "cost", "warnings"]
+    assert keys[-1] == "candidates"
+    e = CliRunner().invoke(main, ["explain", str(out / "plan.json"), "--json"])
+    assert e.exit_code == 0, e.output
+    ekeys = list(json.loads(e.stdout))
+    assert ekeys[:4] == ["inputs", "defaults_used", "layout", "estimate"]
+
+
+# ---- item 6: structurally different alternatives; ties to the simpler layout ---------------------
+
+def test_runner_ups_are_the_best_of_other_families():
+    from planner import plan as api_plan
+    from planner.search import family_codes, family_label
+
+    res = api_plan("llama2-7b", "H100-SXM", gpus=8, top_k=5, advice=False)
+    fams = [p.family for p in res.plans]
+    assert len(set(fams)) == len(fams) == 5                       # one plan per family here
+    assert "ZeRO-3" in fams
+    objs = [p.objective[0] for p in res.plans]
+    assert objs == sorted(objs)                                   # still best first
+    for p in res.plans:
+        cols = {k: [getattr(p.layout, k) if k not in ("offload_optimizer", "offload_params")
+                    else getattr(p.layout, k).code] for k in ("tp", "pp", "cp", "zero", "offload_optimizer",
+                                                               "offload_params")}
+        assert family_label(family_codes(cols)[0]) == p.family
+    # no runner-up is the winner again with only another batch or gradient dtype
+    b = res.best.layout
+    for p in res.runner_ups:
+        l = p.layout
+        assert (l.tp, l.pp, l.cp, l.zero, l.mbs, l.recompute, l.offload_optimizer) != \
+            (b.tp, b.pp, b.cp, b.zero, b.mbs, b.recompute, b.offload_optimizer)
+
+
+def test_ties_go_to_the_simpler_layout_then_the_lower_zero_stage():
+    import numpy as np
+
+    from planner.search import KNOBS, _rank
+
+    base = {k: np.zeros(4, dtype=np.int64) for k in KNOBS}
+    for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs", "seq_len"):
+        base[k][:] = 1
+    base["zero"][:] = [2, 1, 1, 3]
+    base["grad_comm"][:] = [0, 1, 0, 0]            # row 1: compressed gradients (a moving part)
+    base["offload_optimizer"][:] = [0, 0, 0, 0]
+
+    class Est:
+        peak_memory_bytes = np.array([1.0, 1.0, 2.0, 0.5])
+        headroom_bytes = 10.0 - peak_memory_bytes
+
+    values = np.array([1.0, 1.0, 1.00001, 1.0])    # all within the 0.01% tie
+    order = list(_rank(base, Est, values, 4))
+    assert order == [2, 0, 3, 1]                   # plain ZeRO-1, ZeRO-2, ZeRO-3, then compressed comm
+
+    class Tight(Est):                              # ZeRO-1 would leave under 10% of the memory free
+        peak_memory_bytes = np.array([1.0, 1.0, 9.5, 0.5])
+        headroom_bytes = 10.0 - peak_memory_bytes
+
+    assert list(_rank(base, Tight, values, 4)) == [0, 3, 1, 2]
+
+
+# ---- item 7: overlapped and exposed communication ------------------------------------------------
+
+def test_zero3_plans_show_hidden_communication(tmp_path):
+    out = tmp_path / "job"
+    args = ["--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8", "--zero", "3", "--top", "1"]
+    data = _plan_json(*args)
+    hidden = data["estimate"]["hidden_comm_s"]
+    assert hidden.get("zero_comm", 0) > 0
+    exposed = data["estimate"]["time_breakdown_s"]["zero_comm"]
+    # hidden + exposed = the gathers with no overlap at all (the cost model asked with overlap 0)
+    from dataclasses import fields, replace
+
+    from costmodels import catalog
+    from costmodels.estimate import estimate
+    import planner
+    res = planner.plan("llama2-7b", "H100-SXM", gpus=8, choices={"zero": ["3"]}, top_k=1, advice=False)
+    fw = catalog.load_framework(res.profile.cost_framework)
+    none = replace(fw, **{f.name: 0.0 for f in fields(fw) if "overlap" in f.name})
+    full = estimate(res.model, res.cluster, none, res.best.layout)
+    assert exposed + hidden["zero_comm"] == pytest.approx(full.time.zero_comm)
+    text = _plan(*args).stdout
+    assert "communication hidden behind compute" in text and "exposed communication" in text
+    _plan(*args, "--out", str(out))
+    assert "| ZeRO-3 gathers (hidden) |" in (out / "report.md").read_text()
+    est = CliRunner().invoke(main, ["estimate", str(out / "plan.json")])
+    assert "ZeRO-3 gathers (hidden)" in est.stdout
+
+
+# ---- item 9: offload plans report host memory / NVMe per node against the cluster's ---------------
+
+def test_offload_reports_host_memory_per_node_and_checks_it():
+    from planner.api import estimate
+
+    case = {"model": "llama2-13b",
+            "cluster": {"gpu": "A100-40GB", "num_gpus": 8, "gpus_per_node": 8, "host_memory": "64 GiB"},
+            "parallel": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 3, "offload_optimizer": "cpu",
+                         "global_batch": 128}}
+    small = estimate(case)
+    needs = small.to_dict()["offload_per_node"]
+    assert needs["host_memory_bytes_per_node"] == 64 * 2**30
+    assert needs["host_bytes_per_node"] > needs["host_memory_bytes_per_node"] and needs["fits"] is False
+    assert not small.estimate.fits
+    big = estimate({**case, "cluster": {**case["cluster"], "host_memory": "2 TiB"}})
+    assert big.to_dict()["offload_per_node"]["fits"] is True
+    assert big.to_dict()["offload_per_node"]["host_bytes_per_node"] == needs["host_bytes_per_node"]
+    plain = estimate({**case, "parallel": {**case["parallel"], "offload_optimizer": "none"}})
+    assert "offload_per_node" not in plain.to_dict()
+
+
+def test_offload_plan_prints_what_the_node_needs():
+    r = _plan("--model", "llama2-13b", "--cluster", "A100-40GB", "--gpus", "8", "--global-batch", "128",
+              "--zero", "3", "--offload-optimizer", "cpu", "--top", "1")
+    assert "offload needs host memory" in r.stdout and "per node of 1.00 TiB (fits)" in r.stdout
+
+
+# ---- item 14: the test PostgreSQL server is stopped by whoever started it ---------------------------
+
+def test_postgres_script_stops_the_server_it_started(tmp_path):
+    import glob
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if not glob.glob("/usr/lib/postgresql/*/bin") or not shutil.which("pg_isready"):
+        pytest.skip("PostgreSQL is not installed")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
+    env = dict(os.environ, PLANNER_PG_PORT="55497")
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    started = [line.split("=", 1)[1] for line in out.stdout.splitlines()
+               if line.startswith("export PLANNER_TEST_POSTGRES_STARTED=")]
+    assert started and Path(started[0]).is_dir()
+    try:
+        assert subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "55497"]).returncode == 0
+    finally:
+        subprocess.run(["bash", str(script), "stop", started[0]], env=env, timeout=120, check=True)
+    assert subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "55497"]).returncode != 0
+    assert not Path(started[0]).exists()
+
+
+# ---- item 15: small things ------------------------------------------------------------------------
+
+def test_small_things():
+    from costmodels.types import Layout, Recompute
+    from planner.text import layout_line
+
+    assert "(1 layer/stage)" in layout_line(Layout(recompute=Recompute.FULL, recompute_layers=1))
+    assert "(2 layers/stage)" in layout_line(Layout(recompute=Recompute.FULL, recompute_layers=2))
+    r = CliRunner().invoke(main, ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "12"])
+    assert r.exit_code == 2 and "--gpus-per-node 6" in r.output and "--gpus 8 or --gpus 16" in r.output
+    alias = _plan_json("--model", "gpt-1.7b", "--cluster", "H100", "--gpus", "8", "--global-batch", "64",
+                       "--top", "1")
+    assert "cluster 'H100' means the catalog's H100-SXM (an alias)" in alias["defaults_used"]
+    exact = _plan_json("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+                       "--top", "1")
+    assert not any("alias" in d for d in exact["defaults_used"])
+    cat = json.loads(CliRunner().invoke(main, ["catalog", "frameworks", "--json"]).stdout)
+    assert cat["frameworks"]["torchtitan-compile"]["source"].endswith("kernels")
+
+
+# ---- item 12 (part): progress on a pipe; the Optuna header says what it counted -----------------
+
+def test_progress_lines_on_a_pipe(monkeypatch, capsys):
+    from planner import cli_plan
+
+    monkeypatch.setattr(cli_plan.Progress, "LINE_EVERY_S", 0.0)
+    p = cli_plan.Progress(True, "trials", lines=True)
+    p(10, 40, 2e-6)
+    p(40, 40, 1e-6)
+    err = capsys.readouterr().err
+    assert "progress: 10/40 trials" in err and "progress: 40/40 trials  best 1.000 us/token" in err
+    assert "\r" not in err
+    monkeypatch.setattr(cli_plan.Progress, "LINE_EVERY_S", 5.0)
+    quiet = cli_plan.Progress(True, "trials", lines=True)       # a short search prints nothing
+    quiet(40, 40, None)
+    assert capsys.readouterr().err == ""
+
+
+def test_optuna_header_does_not_claim_rule_counts(tmp_path):
+    r = _plan("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+              "--method", "optuna", "--trials", "40", "--top", "1", "--quiet",
+              "--storage", f"sqlite:///{tmp_path / 'study.db'}")
+    head = r.stdout.splitlines()[0]
+    assert "satisfy the rules" not in head and "combined from the rules' sub-lattices" in head
+    assert "optuna, 40 trials" in head
