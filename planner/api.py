@@ -105,13 +105,30 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     else:
         case_obj = case_from_dict(dict(case))
     from search_spaces.frameworks import structural_errors   # the same rules the planner enforces
-    structural_errors(case_obj)
+    preferences = structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
     tokens = total_tokens if total_tokens is not None else case_obj.training.total_tokens
     from costmodels.units import parse_number
     tokens = parse_number(tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
     return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults,
-                          tuple(PlanWarning(*w) for w in case_obj.warnings) + rule_warnings(case_obj))
+                          tuple(PlanWarning(*w) for w in case_obj.warnings) + rule_warnings(case_obj)
+                          + tuple(PlanWarning("search_rule", f"estimated anyway: {msg}; collectives that leave "
+                                              "the NVLink domain run over the network",
+                                              "the planner's search never proposes this layout")
+                                  for msg in preferences)
+                          + uneven_warnings(case_obj))
+
+
+def uneven_warnings(case) -> tuple:
+    """Megatron-DeepSpeed splits layers evenly (DeepSpeed PipelineModule, partition_method
+    'type:transformer'); an uneven split is estimated but cannot be emitted for it."""
+    if case.layout.first_stage_layers and case.framework.name == "megatron-deepspeed":
+        return (PlanWarning("framework_rule", "megatron-deepspeed cannot set per-stage layer counts "
+                            "(its PipelineModule balances transformer layers); the uneven split is "
+                            "estimated as Megatron-Core would run it",
+                            "use first_stage_layers: 0 and last_stage_layers: 0 for Megatron-DeepSpeed, "
+                            "or --framework megatron-core"),)
+    return ()
 
 
 def rule_warnings(case) -> tuple:

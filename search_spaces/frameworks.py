@@ -220,13 +220,14 @@ def _fix_hint(rule: Rule, ctx, layout, rules) -> str:
     return f"; {knob} could be {shown}"
 
 
-def check_layout(model, cluster, layout, profile: FrameworkProfile | None = None) -> None:
-    """Raise SpecError naming the first rule the layout breaks (structural, plus the profile's)."""
+def check_layout(model, cluster, layout, profile: FrameworkProfile | None = None, skip=()) -> None:
+    """Raise SpecError naming the first rule the layout breaks (structural, plus the profile's);
+    rules named in `skip` are not checked."""
     from costmodels.errors import SpecError
     from .constraints import Ctx
 
     ctx = Ctx(model, cluster, layout.world)
-    rules = profile.all_rules if profile else STRUCTURAL
+    rules = [r for r in (profile.all_rules if profile else STRUCTURAL) if r.name not in skip]
     bad = violated(rules, ctx, layout)
     if bad:
         rule = bad[0]
@@ -267,11 +268,22 @@ def framework_violations(model, cluster, layout, profile: FrameworkProfile) -> l
     return out
 
 
-def structural_errors(case) -> None:
-    """Structural rules for a case (any framework): physics and model shape."""
+# Structural rules the search keeps because the layouts they exclude are slow, not impossible: people
+# do run them (vTrain measured tp 16 over two 8-GPU nodes), so `planner estimate` prices such a
+# layout and says which preference it leaves.
+SEARCH_PREFERENCES = ("tp-in-nvlink-domain",)
+
+
+def structural_errors(case) -> list[str]:
+    """Structural rules for a case (any framework): physics and model shape. Raises SpecError on the
+    first one broken; returns the messages of the search preferences (SEARCH_PREFERENCES) it leaves."""
     from costmodels.errors import SpecError
+    from .constraints import Ctx
 
     problem = uneven_pipeline_error(case.model, case.layout)
     if problem:
         raise SpecError(f"layout: {problem}")
-    check_layout(case.model, case.cluster, case.layout)
+    check_layout(case.model, case.cluster, case.layout, skip=SEARCH_PREFERENCES)
+    ctx = Ctx(case.model, case.cluster, case.layout.world)
+    return [rule.describe(ctx) for rule in violated([r for r in STRUCTURAL if r.name in SEARCH_PREFERENCES],
+                                                    ctx, case.layout)]

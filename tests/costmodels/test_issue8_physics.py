@@ -180,3 +180,22 @@ def test_uneven_pipeline_is_expressible():
     with pytest.raises(Exception, match="evenly split over the 14 middle stages"):
         planner.estimate(model="llama3.1-405b", cluster={"gpu": "H100-SXM", "num_gpus": 1024},
                          framework="megatron-core", parallel={**parallel, "last_stage_layers": 6})
+
+
+def test_tp_wider_than_nvlink_is_estimated_with_a_warning():
+    """Item 6: vTrain measured tp 16 over two 8-GPU nodes; `planner estimate` prices such a layout
+    (its TP collectives cross the network) and says the search would not propose it."""
+    parallel = {"tp": 16, "pp": 1, "dp": 4, "micro_batch": 2, "global_batch": 512, "zero_stage": 1,
+                "recompute": "full", "precision": "bf16"}
+    res = planner.estimate(model="llama2-7b", cluster={"gpu": "A100-80GB", "num_gpus": 64}, parallel=parallel)
+    assert any(w.kind == "search_rule" and "NVLink domain" in w.message for w in res.warnings)
+    tp8 = planner.estimate(model="llama2-7b", cluster={"gpu": "A100-80GB", "num_gpus": 64},
+                           parallel={**parallel, "tp": 8, "dp": 8}).estimate
+    assert res.estimate.time.tp_comm > 2 * tp8.time.tp_comm
+
+
+def test_uneven_split_under_megatron_deepspeed_warns():
+    parallel = {"tp": 8, "pp": 16, "dp": 8, "micro_batch": 1, "global_batch": 512, "zero_stage": 1,
+                "recompute": "full", "precision": "bf16", "first_stage_layers": 7, "last_stage_layers": 7}
+    res = planner.estimate(model="llama3.1-405b", cluster={"gpu": "H100-SXM", "num_gpus": 1024}, parallel=parallel)
+    assert any("per-stage layer counts" in w.message for w in res.warnings)
