@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
@@ -294,6 +295,9 @@ def record_from_heldout(rec: dict) -> Record | None:
     if fw_name == "other":
         fw_name = next((v for k, v in HELDOUT_OTHER.items() if prefix.startswith(k)), "megatron-core")
     rules = dict(HELDOUT_RULES[fw_name])
+    notes = str(rec.get("notes", "")) + " " + str(rec.get("source", ""))
+    if fw_name == "torchtitan" and re.search(r"--training\.compile|compile Y\b|torch\.compile", notes):
+        rules["framework"] = "torchtitan-compile"     # the source's command / table says it ran compiled
     gpu = next((name for key, name in HELDOUT_GPUS if str(rec["cluster"]["gpu"]).startswith(key)), None)
     if gpu is None:
         return None
