@@ -113,14 +113,14 @@ class PlanResult:
 
         return plan_to_dict(self)
 
-    def write(self, out, force: bool = False, launcher: str = "deepspeed"):
+    def write(self, out, force: bool = False, launcher: str = "deepspeed", probe: int = 0):
         """Write the job directory (launch.sh, ds_config.json, plan.json, report.md, figures) to `out`,
         atomically; an existing `out` is replaced only with `force`. Returns its path."""
         from .emit.writer import write_plan
         from .output import check_out_dir
 
         check_out_dir(out, force)
-        return write_plan(self, out, force=force, launcher=launcher)
+        return write_plan(self, out, force=force, launcher=launcher, probe=probe)
 
     def __repr__(self) -> str:
         head = (f"PlanResult({self.model.name} on {self.cluster.num_gpus} x {self.cluster.gpu.name}, "
