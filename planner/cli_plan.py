@@ -147,12 +147,13 @@ class Progress:
 @click.option("--force", is_flag=True, help="Replace an existing --out directory.")
 @click.option("--probe", "probe", type=int, default=0,
               help="Also write probe.sh: the top K candidates for a few logged iterations each (needs --out).")
+@click.option("--calibration", type=click.Path(), default=None, help="calib.yaml from `planner calibrate`.")
 @click.option("--launcher", type=click.Choice(["deepspeed", "torchrun"]), default="deepspeed", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--progress/--no-progress", default=None, help="Force the progress bar on or off.")
 def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens, seq_len, objective, tokens,
-         price, top_k, framework, method, storage, study_name, trials, seed, out, force, probe, launcher, as_json, quiet,
+         price, top_k, framework, method, storage, study_name, trials, seed, out, force, probe, calibration, launcher, as_json, quiet,
          progress, **knobs):
     """Choose the fastest (or cheapest) layout that fits, and optionally emit the job."""
     from . import api
@@ -183,7 +184,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
                           objective=objective, top_k=max(top_k, probe), framework=framework, total_tokens=tokens,
                           method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
-                          progress=reporter, price_per_gpu_hour=price)
+                          progress=reporter, price_per_gpu_hour=price, calibration=calibration)
         written = None
         if out:
             from .emit.writer import write_plan
