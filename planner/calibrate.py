@@ -301,13 +301,24 @@ def _yaml_runs(p: Path) -> list[Run]:
 # ---- the fit ------------------------------------------------------------------------------------
 
 def predict(runs: list[Run], constants: dict) -> np.ndarray:
-    from costmodels.estimate import estimate as _estimate
+    """Step time of every run with `constants` applied, vectorised over runs that share model, cluster
+    type and framework (as planner.validation.evaluate)."""
+    from costmodels.estimate import estimate_batch
+    from costmodels.types import LayoutBatch
 
-    out = []
-    for r in runs:
-        c = apply_case(r.case, constants)
-        out.append(float(_estimate(c.model, c.cluster, c.framework, c.layout).step_time_s))
-    return np.array(out)
+    prepared = [apply_case(r.case, constants) for r in runs]
+    groups: dict[tuple, list[int]] = {}
+    for i, case in enumerate(prepared):
+        key = (repr(case.model), repr(replace(case.cluster, num_gpus=case.cluster.gpus_per_node)),
+               repr(case.framework))
+        groups.setdefault(key, []).append(i)
+    out = np.empty(len(runs))
+    for idx in groups.values():
+        first = prepared[idx[0]]
+        batch = estimate_batch(first.model, first.cluster, first.framework,
+                               LayoutBatch.from_layouts([prepared[i].layout for i in idx]))
+        out[idx] = np.asarray(batch.step_time_s, dtype=float)
+    return out
 
 
 @dataclass(frozen=True)

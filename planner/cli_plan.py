@@ -182,7 +182,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
-                          objective=objective, top_k=max(top_k, probe), framework=framework, total_tokens=tokens,
+                          objective=objective, top_k=max(top_k, probe) if probe > 0 else top_k, framework=framework, total_tokens=tokens,
                           method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
                           progress=reporter, price_per_gpu_hour=price, calibration=calibration)
         written = None
