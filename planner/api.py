@@ -264,6 +264,8 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     from .specs import alias_note
 
     notes = [n for n in (alias_note("gpu", cluster), alias_note("model", model)) if n]
+    if calibration is not None:
+        notes.append("calibrated constants: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(consts.items())))
     if seq_lens:
         seqs = tuple(int(s) for s in seq_lens)
     else:

@@ -94,6 +94,7 @@ def test_cli_calibrate_on_probe_logs_then_estimate_and_plan(probe_dir, tmp_path)
                                   "--global-batch", "64", "--json", "-q", "--calibration", str(calib)])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["estimate"]["step_time_s"] > before
+    assert "calibrated constants: compute_scale" in r.output      # the plan says it was calibrated
     # the Python API takes the file, a mapping or the Calibration object
     cal_obj = planner.calibrate(logs)
     est = planner.estimate(model="gpt-1.7b", cluster={"gpu": "H100-SXM", "num_gpus": 8}, parallel={"tp": 1},
