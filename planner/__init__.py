@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version as _version
 
 from .advice import PlanWarning
 from .api import EstimateResult, estimate, plan
+from .calibrate import calibrate
 
 try:
     __version__ = _version("llm-train-planner")
@@ -22,4 +23,4 @@ def write_job(result, out, force: bool = False, launcher: str = "deepspeed"):
     return result.write(out, force=force, launcher=launcher)
 
 
-__all__ = ["estimate", "plan", "write_job", "EstimateResult", "PlanWarning", "__version__"]
+__all__ = ["estimate", "plan", "calibrate", "write_job", "EstimateResult", "PlanWarning", "__version__"]

@@ -89,11 +89,12 @@ class EstimateResult:
 
 
 def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=None,
-             total_tokens=None) -> EstimateResult:
+             total_tokens=None, calibration=None) -> EstimateResult:
     """Estimate memory and step time of one layout.
 
     Either `case` (a path to a case YAML or a mapping with model / cluster / parallel sections), or
     `model`, `cluster` and `parallel` separately (each a preset name, a path or a mapping).
+    `calibration`: a calib.yaml path, a mapping of constants or a Calibration (planner.calibrate).
     """
     if case is None:
         data = {"model": model, "cluster": cluster, "parallel": parallel or {}}
@@ -104,6 +105,9 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
         case_obj = load_case(case)
     else:
         case_obj = case_from_dict(dict(case))
+    if calibration is not None:
+        from .calibrate import apply_case, as_constants
+        case_obj = apply_case(case_obj, as_constants(calibration))
     from search_spaces.frameworks import structural_errors   # the same rules the planner enforces
     preferences = structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
@@ -212,7 +216,7 @@ def parse_price(value) -> tuple[float, str]:
 def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, global_batch_tokens=None,
          seq_lens=None, choices=None, objective="time", top_k=5, framework="megatron-deepspeed",
          total_tokens=0.0, method="auto", storage=None, study_name=None, seed=0, trials=3000,
-         progress=None, price_per_gpu_hour=None, advice=True):
+         progress=None, price_per_gpu_hour=None, advice=True, calibration=None):
     """Search the layouts of `model` on `cluster` and return a PlanResult (best first).
 
     `model` / `cluster`: preset name, file path or mapping (cluster: GPU name = nodes of 8 unless
@@ -220,6 +224,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     `global_batch_tokens`: (low, high) tokens per step; without it or `global_batch` the range is
     `default_batch_tokens(gpus)`. `price_per_gpu_hour`: a number or '2.5 USD' (overrides the
     cluster's). `advice`: add `warnings` saying what limits a poor plan and what would help.
+    `calibration`: a calib.yaml path, a mapping of constants or a Calibration (planner.calibrate).
     """
     from costmodels.errors import SpecError
     from costmodels.units import parse_number
@@ -243,6 +248,13 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         price, currency = parse_price(price_per_gpu_hour)
         c = replace(c, price_per_gpu_hour=price)
     profile = load_profile(framework)
+    if calibration is not None:
+        from dataclasses import replace
+        from .calibrate import apply_cluster, as_constants
+        consts = as_constants(calibration)
+        c = apply_cluster(c, consts)
+        if "iteration_overhead_s" in consts:
+            profile = replace(profile, cost_overrides=(("iteration_overhead_s", consts["iteration_overhead_s"]),))
     if global_batch is not None and global_batch_tokens is not None:
         raise SpecError("give either a global batch in sequences or a token range, not both")
     if global_batch is not None and (isinstance(global_batch, bool) or int(global_batch) <= 0):
@@ -252,6 +264,8 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     from .specs import alias_note
 
     notes = [n for n in (alias_note("gpu", cluster), alias_note("model", model)) if n]
+    if calibration is not None:
+        notes.append("calibrated constants: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(consts.items())))
     if seq_lens:
         seqs = tuple(int(s) for s in seq_lens)
     else:

@@ -77,7 +77,8 @@ def main():
 @click.argument("case", type=click.Path(dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--tokens", type=float, default=None, help="Tokens to train on (time, GPU-hours, cost).")
-def estimate(case, as_json, tokens):
+@click.option("--calibration", type=click.Path(), default=None, help="calib.yaml from `planner calibrate`.")
+def estimate(case, as_json, tokens, calibration):
     """Estimate memory and step time of the layout in CASE (a case YAML or a plan.json)."""
     from . import api
     from .text import estimate_text
@@ -85,9 +86,9 @@ def estimate(case, as_json, tokens):
     def work():
         if str(case).endswith(".json"):
             from .emit.plan_file import case_from_plan_json
-            result = api.estimate(case_from_plan_json(case), total_tokens=tokens)
+            result = api.estimate(case_from_plan_json(case), total_tokens=tokens, calibration=calibration)
         else:
-            result = api.estimate(case, total_tokens=tokens)
+            result = api.estimate(case, total_tokens=tokens, calibration=calibration)
         return result
 
     result = _run(work)
@@ -163,6 +164,26 @@ def validate(data, as_json, no_vtrain):
         return
     from .validation import format_table
     click.echo(format_table(results, summary))
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True, type=click.Path())
+@click.option("--plan", "plan_path", type=click.Path(), default=None,
+              help="plan.json the logs came from (default: next to each log or one folder up).")
+@click.option("--out", type=click.Path(), default=None, help="Write the calibration here (calib.yaml).")
+@click.option("--json", "as_json", is_flag=True, help="Print calib.yaml's content as JSON.")
+def calibrate(inputs, plan_path, out, as_json):
+    """Refit compute scale, network efficiency and per-step overhead to measured runs: Megatron-DeepSpeed
+    logs (probe/<rank>.log with their plan.json) or measured-run YAML files."""
+    from .calibrate import calibrate as _calibrate, calibration_text
+
+    cal = _run(lambda: _calibrate(list(inputs), plan=plan_path, out=out))
+    if as_json:
+        click.echo(_dump(cal.to_dict()))
+        return
+    click.echo(calibration_text(cal))
+    if out:
+        click.echo(f"\nwrote {out}")
 
 
 from .cli_plan import explain, plan  # noqa: E402  (registers the search commands)

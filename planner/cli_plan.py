@@ -145,12 +145,15 @@ class Progress:
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampler seed (plans are reproducible).")
 @click.option("--out", type=click.Path(), default=None, help="Write launch.sh, ds_config.json, plan.json, report.md here.")
 @click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+@click.option("--probe", "probe", type=int, default=0,
+              help="Also write probe.sh: the top K candidates for a few logged iterations each (needs --out).")
+@click.option("--calibration", type=click.Path(), default=None, help="calib.yaml from `planner calibrate`.")
 @click.option("--launcher", type=click.Choice(["deepspeed", "torchrun"]), default="deepspeed", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--progress/--no-progress", default=None, help="Force the progress bar on or off.")
 def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens, seq_len, objective, tokens,
-         price, top_k, framework, method, storage, study_name, trials, seed, out, force, launcher, as_json, quiet,
+         price, top_k, framework, method, storage, study_name, trials, seed, out, force, probe, calibration, launcher, as_json, quiet,
          progress, **knobs):
     """Choose the fastest (or cheapest) layout that fits, and optionally emit the job."""
     from . import api
@@ -165,7 +168,12 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
     def work():
         from .output import check_out_dir, default_storage
         from .search import USER_CACHE
+        from costmodels.errors import SpecError
         inputs = _input_files(model, cluster)
+        if probe < 0:
+            raise SpecError(f"--probe must be a number of candidates (0 or more), got {probe}")
+        if probe and not out:
+            raise SpecError("--probe writes probe.sh into the job directory: it needs --out DIR")
         if out is not None:
             check_out_dir(out, force, inputs)
         choices = {k: _split(v) for k, v in knobs.items() if v is not None}
@@ -174,13 +182,13 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
-                          objective=objective, top_k=top_k, framework=framework, total_tokens=tokens,
+                          objective=objective, top_k=max(top_k, probe) if probe > 0 else top_k, framework=framework, total_tokens=tokens,
                           method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
-                          progress=reporter, price_per_gpu_hour=price)
+                          progress=reporter, price_per_gpu_hour=price, calibration=calibration)
         written = None
         if out:
             from .emit.writer import write_plan
-            written = write_plan(result, out, force=force, launcher=launcher, inputs=inputs)
+            written = write_plan(result, out, force=force, launcher=launcher, inputs=inputs, probe=probe)
         return result, written
 
     result, written = _run(work)

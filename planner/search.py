@@ -113,14 +113,14 @@ class PlanResult:
 
         return plan_to_dict(self)
 
-    def write(self, out, force: bool = False, launcher: str = "deepspeed"):
+    def write(self, out, force: bool = False, launcher: str = "deepspeed", probe: int = 0):
         """Write the job directory (launch.sh, ds_config.json, plan.json, report.md, figures) to `out`,
         atomically; an existing `out` is replaced only with `force`. Returns its path."""
         from .emit.writer import write_plan
         from .output import check_out_dir
 
         check_out_dir(out, force)
-        return write_plan(self, out, force=force, launcher=launcher)
+        return write_plan(self, out, force=force, launcher=launcher, probe=probe)
 
     def __repr__(self) -> str:
         head = (f"PlanResult({self.model.name} on {self.cluster.num_gpus} x {self.cluster.gpu.name}, "
@@ -313,6 +313,12 @@ def _score_lattice(space, profile, cost_fw, settings, collector, core, cat, cros
     return lattice
 
 
+def cost_framework(profile: FrameworkProfile):
+    """The cost model's constants of the profile's framework, with a calibration's overrides."""
+    fw = catalog.load_framework(profile.cost_framework)
+    return replace(fw, **dict(profile.cost_overrides)) if profile.cost_overrides else fw
+
+
 def study_fingerprint(space: Space, profile: FrameworkProfile, settings: SearchSettings) -> str:
     """What a study's trial values depend on: model, cluster (every field), GPUs, knob domains, rules,
     token budget and objectives (not the seed: workers of one study sample with their own seeds)."""
@@ -320,6 +326,7 @@ def study_fingerprint(space: Space, profile: FrameworkProfile, settings: SearchS
         "model": repr(space.model), "cluster": repr(space.cluster), "n": space.request.num_gpus,
         "domains": {k: list(v.domain) for k, v in space.knobs.items()}, "profile": profile.name,
         "objectives": settings.objectives, "tokens": space.request.total_tokens,
+        **({"cost_overrides": list(profile.cost_overrides)} if profile.cost_overrides else {}),
     }, sort_keys=True, default=str)
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -497,7 +504,7 @@ def _seed_layouts(space, profile, cost_fw, core, cat, cross, n=16):
 def exhaustive_reference(space: Space, profile: FrameworkProfile, objective: str = "time"):
     """Reference: every combination of the knob domains, rules checked row by row, scalar estimates.
     Slow by design (no CP-SAT, no vectorisation); used to check the planner's optimum."""
-    cost_fw = catalog.load_framework(profile.cost_framework)
+    cost_fw = cost_framework(profile)
     ctx = Ctx(space.model, space.cluster, space.request.num_gpus)
     names = [k for k in KNOBS if k != "dp"]
     best, best_value = None, np.inf
@@ -529,7 +536,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, re
     if cluster.num_gpus != request.num_gpus:
         cluster = replace(cluster, num_gpus=request.num_gpus)
     space = build_space(model, cluster, request)
-    cost_fw = catalog.load_framework(profile.cost_framework)
+    cost_fw = cost_framework(profile)
     rules = profile.all_rules
     core, cat, cross, truncated = cpsat.sub_lattices(space, rules)
     considered = space.size()
@@ -621,7 +628,7 @@ def _nothing_fits(model, cluster, profile, request, settings, space) -> Infeasib
             core, cat, cross, _ = cpsat.sub_lattices(sp2, profile.all_rules)
             if not len(core["tp"]) or not len(cat["zero"]):
                 continue
-            cost_fw = catalog.load_framework(profile.cost_framework)
+            cost_fw = cost_framework(profile)
             coll = _Collector(quick, req2, cluster)
             _score_lattice(sp2, profile, cost_fw, quick, coll, core, cat, cross)
             if coll.fitting:
@@ -646,7 +653,7 @@ def _lowest_memory(model, cluster, profile, space) -> float | None:
     core, cat, cross, _ = cpsat.sub_lattices(space, profile.all_rules)
     if not len(core["tp"]) or not len(cat["zero"]):
         return None
-    cost_fw = catalog.load_framework(profile.cost_framework)
+    cost_fw = cost_framework(profile)
     best = None
     nk = len(cat["zero"])
     per = max(1, SCORE_CHUNK // nk)

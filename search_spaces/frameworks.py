@@ -25,6 +25,7 @@ class FrameworkProfile:
     rules: tuple[Rule, ...]      # framework rules (structural ones are added by `all_rules`)
     context_parallel: str        # "ulysses" (all-to-all over heads) or "ring"
     description: str
+    cost_overrides: tuple = ()   # (field, value) pairs replaced on the cost framework (a calibration)
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:

@@ -223,3 +223,31 @@ def build_job(model: ModelSpec, layout: Layout, total_tokens: float = 0.0) -> Jo
     argv = (model_args(model, layout.seq_len, layout.tp) + tokenizer_args(model) + layout_args(layout)
             + training_args(train_iters) + deepspeed_args(layout))
     return Job(argv=tuple(argv), ds_config=ds_config(layout), env=environment(layout), train_iters=train_iters)
+
+
+PROBE_ITERS = 20     # steps each probe candidate runs: enough to pass warm-up and see a steady step time
+
+
+def probe_job(model: ModelSpec, layout: Layout, train_iters: int = PROBE_ITERS) -> Job:
+    """The job of one probe candidate: the same arguments as launch.sh's, but a few iterations, a log line
+    every iteration, Megatron's timers at level 2 (--timing-log-level, arguments.py) and no checkpoint
+    (pretrain saves one after training when --save is set: training.py:245). The memory report
+    (utils.py report_memory) is printed after the first logged iteration without any flag."""
+    job = build_job(model, layout, 0.0)
+    argv, out, i = list(job.argv), [], 0
+    replace = {"--train-iters": str(train_iters), "--log-interval": "1",
+               "--lr-warmup-iters": str(lr_schedule(train_iters)["warmup_iters"])}
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--save", "--load", "--save-interval"):
+            i += 2
+            continue
+        if a in replace:
+            out += [a, replace[a]]
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    pos = out.index("--log-interval") + 2
+    out[pos:pos] = ["--timing-log-level", "2"]
+    return Job(argv=tuple(out), ds_config=job.ds_config, env=job.env, train_iters=train_iters)

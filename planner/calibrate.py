@@ -1,0 +1,427 @@
+"""Calibration (issue 9 part 4): refit a small, named set of cost-model constants to runs measured on
+the user's own cluster, and apply them to later estimates and plans.
+
+Inputs: Megatron-DeepSpeed logs (the lines `megatron/training.py` training_log and `megatron/utils.py`
+report_memory print at the pinned commit), each with the plan.json whose candidate it ran, or measured
+runs as YAML in the schema of ../shared/validation/README.md.
+
+Constants (CONSTANTS): a scale on the GPU's GEMM and attention efficiencies, the network efficiency and
+the per-step overhead. The fit is that of benchmarks/fit.py: least squares on log step time plus a
+log-normal prior on each constant, inside hard bounds (a projected Levenberg-Marquardt in numpy, so the
+planner needs no scipy).
+"""
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from costmodels.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Constant:
+    name: str
+    low: float
+    high: float
+    sigma: float          # spread of the prior around the catalog value, in log space
+    what: str
+
+
+CONSTANTS = (
+    Constant("compute_scale", 0.5, 1.5, 0.15,
+             "multiplies the GPU's gemm_efficiency and attention_efficiency (each capped at 0.99)"),
+    Constant("network_efficiency", 0.2, 0.98, 0.5, "achieved bus bandwidth / NIC line rate (cluster)"),
+    Constant("iteration_overhead_s", 1e-4, 2.0, 1.0, "per-step overhead of the framework, seconds"),
+)
+NAMES = tuple(c.name for c in CONSTANTS)
+
+
+# ---- applying a calibration ---------------------------------------------------------------------
+
+def load_calibration(path) -> dict:
+    """calib.yaml -> {constant: value}; unknown or out-of-bounds constants are refused."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise SpecError(f"calibration file '{path}': {exc.strerror or exc}") from None
+    except yaml.YAMLError:
+        raise SpecError(f"calibration file '{path}' is not valid YAML") from None
+    if not isinstance(data, dict) or not isinstance(data.get("constants"), dict):
+        raise SpecError(f"calibration file '{path}' has no 'constants' mapping (write it with `planner calibrate`)")
+    out = {}
+    for k, v in data["constants"].items():
+        spec = next((c for c in CONSTANTS if c.name == k), None)
+        if spec is None:
+            raise SpecError(f"calibration file '{path}': unknown constant {k!r} (known: {', '.join(NAMES)})")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not spec.low <= float(v) <= spec.high:
+            raise SpecError(f"calibration file '{path}': {k} must be a number in [{spec.low}, {spec.high}], got {v!r}")
+        out[k] = float(v)
+    return out
+
+
+def as_constants(calibration) -> dict:
+    if calibration is None:
+        return {}
+    if isinstance(calibration, (str, Path)):
+        return load_calibration(calibration)
+    if isinstance(calibration, Calibration):
+        return dict(calibration.constants)
+    return dict(calibration)
+
+
+def apply_cluster(cluster, constants: dict):
+    """The cluster with the calibrated GPU efficiencies and network efficiency (dataclasses.replace)."""
+    s = constants.get("compute_scale")
+    if s is not None:
+        g = cluster.gpu
+        cluster = replace(cluster, gpu=replace(g, gemm_efficiency=min(0.99, g.gemm_efficiency * s),
+                                               attention_efficiency=min(0.99, g.attention_efficiency * s)))
+    if "network_efficiency" in constants:
+        cluster = replace(cluster, network_efficiency=constants["network_efficiency"])
+    return cluster
+
+
+def apply_framework(framework, constants: dict):
+    if "iteration_overhead_s" in constants:
+        framework = replace(framework, iteration_overhead_s=constants["iteration_overhead_s"])
+    return framework
+
+
+def apply_case(case, constants: dict):
+    if not constants:
+        return case
+    return replace(case, cluster=apply_cluster(case.cluster, constants),
+                   framework=apply_framework(case.framework, constants))
+
+
+def current_constants(case) -> dict:
+    return {"compute_scale": 1.0, "network_efficiency": float(case.cluster.network_efficiency),
+            "iteration_overhead_s": float(case.framework.iteration_overhead_s)}
+
+
+# ---- Megatron-DeepSpeed logs --------------------------------------------------------------------
+
+# megatron/training.py training_log (6acc370a, lines 1146-1184)
+_ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?elapsed time per iteration \(ms\): ([0-9.]+) \|")
+_FIELD = {"global_batch": re.compile(r"global batch size:\s+(\d+) \|"),
+          "seq_len": re.compile(r"actual seqlen:\s+(\d+) \|"),
+          "samples_per_s": re.compile(r"samples per second: ([0-9.]+) \|"),
+          "tflops": re.compile(r"TFLOPs: ([0-9.]+) \|")}
+# megatron/utils.py report_memory (lines 108-122)
+_MEM = re.compile(r"memory \(MB\) \| allocated: ([0-9.eE+-]+) \| max allocated: ([0-9.eE+-]+) \| "
+                  r"reserved: ([0-9.eE+-]+) \| max reserved: ([0-9.eE+-]+)")
+# megatron/arguments.py _print_args: '  name ..... value'
+_ARG = re.compile(r"^\s+([a-z_0-9]+) \.+ (.*)$")
+CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attention_heads": "num_heads",
+                "seq_length": "seq_len", "tensor_model_parallel_size": "tp",
+                "pipeline_model_parallel_size": "pp", "micro_batch_size": "mbs", "global_batch_size": "gbs"}
+WARMUP_ITERS = 3        # the first iterations include compilation, allocator growth and NCCL setup
+
+
+@dataclass(frozen=True)
+class LogRun:
+    path: str
+    iterations: tuple          # (iteration, ms)
+    train_iters: int
+    step_s: float              # median after the warm-up
+    global_batch: int | None
+    seq_len: int | None
+    tflops: float | None
+    samples_per_s: float | None
+    memory_mb: dict | None     # allocated, max_allocated, reserved, max_reserved
+    args: dict
+
+
+def parse_log(path) -> LogRun:
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as exc:
+        raise SpecError(f"log '{path}': {exc.strerror or exc}") from None
+    iters, fields, memory, args = [], {}, None, {}
+    for line in text.splitlines():
+        m = _ITER.search(line)
+        if m:
+            iters.append((int(m.group(1)), int(m.group(2)), float(m.group(3))))
+            for k, rx in _FIELD.items():
+                f = rx.search(line)
+                if f:
+                    fields.setdefault(k, []).append(float(f.group(1)))
+            continue
+        m = _MEM.search(line)
+        if m and memory is None:
+            memory = dict(zip(("allocated", "max_allocated", "reserved", "max_reserved"),
+                              (float(x) for x in m.groups())))
+            continue
+        m = _ARG.match(line)
+        if m and m.group(1) in CHECKED_ARGS:
+            args[m.group(1)] = m.group(2).strip()
+    if not iters:
+        raise SpecError(f"log '{path}' has no iteration lines (Megatron-DeepSpeed's 'iteration N/M | ... "
+                        "elapsed time per iteration (ms): X |'); is it a training log, with --log-interval set?")
+    last, total = iters[-1][0], iters[-1][1]
+    if last < total:
+        raise SpecError(f"log '{path}' is truncated: its last iteration line is {last} of {total} "
+                        "(the run stopped early or the log was cut)")
+    steady = [ms for it, _, ms in iters if it > WARMUP_ITERS] or [iters[-1][2]]
+    last_of = lambda k: fields[k][-1] if fields.get(k) else None
+    gb, sl = last_of("global_batch"), last_of("seq_len")
+    return LogRun(str(path), tuple((it, ms) for it, _, ms in iters), total, statistics.median(steady) / 1e3,
+                  int(gb) if gb else None, int(sl) if sl else None, last_of("tflops"), last_of("samples_per_s"),
+                  memory, args)
+
+
+def _plan_for(log: Path, plan) -> Path:
+    if plan is not None:
+        return Path(plan)
+    for cand in (log.parent / "plan.json", log.parent.parent / "plan.json"):
+        if cand.exists():
+            return cand
+    raise SpecError(f"log '{log}': no plan.json next to it or one folder up; give the plan with --plan plan.json")
+
+
+def _rank_of(log: Path, data: dict, path) -> int:
+    m = re.fullmatch(r"(\d+)", log.stem)
+    if m:
+        return int(m.group(1))
+    if len(data.get("runner_ups", [])) == 0:
+        return 1
+    raise SpecError(f"log '{log}': cannot tell which candidate of '{path}' it ran; name it <rank>.log "
+                    "as probe.sh does")
+
+
+def case_for_log(log: Path, plan_path: Path):
+    """(case, plan layout) of the candidate that `log` ran."""
+    from .emit.plan_file import _case, load_plan_json
+    from .specs import case_from_dict
+
+    data = load_plan_json(plan_path)
+    rank = _rank_of(log, data, plan_path)
+    case = _case(data)
+    if rank != 1:
+        entry = next((r for r in data.get("runner_ups", []) if r.get("rank") == rank), None)
+        if entry is None:
+            raise SpecError(f"log '{log}': plan '{plan_path}' has no candidate of rank {rank}")
+        case["parallel"] = {k: v for k, v in entry["layout"].items() if k != "density"}
+    return case_from_dict(case)
+
+
+def check_log_matches(run: LogRun, case, path) -> None:
+    """A log from another model or layout than its plan's candidate is refused, naming the field."""
+    l, m = case.layout, case.model
+    want = {"num_layers": m.num_layers, "hidden": m.hidden, "num_heads": m.num_heads, "seq_len": l.seq_len,
+            "tp": l.tp, "pp": l.pp, "mbs": l.mbs, "gbs": l.gbs}
+    for arg, key in CHECKED_ARGS.items():
+        if arg in run.args:
+            try:
+                got = int(run.args[arg])
+            except ValueError:
+                continue
+            if got != want[key]:
+                raise SpecError(f"log '{path}' is from another model or layout: {arg} {got} in the log, "
+                                f"{want[key]} in the plan")
+    if run.global_batch is not None and run.global_batch != l.gbs:
+        raise SpecError(f"log '{path}' is from another model or layout: global batch size {run.global_batch} "
+                        f"in the log, {l.gbs} in the plan")
+    if run.seq_len is not None and run.seq_len != l.seq_len:
+        raise SpecError(f"log '{path}' is from another model or layout: actual seqlen {run.seq_len} in the "
+                        f"log, {l.seq_len} in the plan")
+
+
+# ---- runs ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    source: str
+    case: object
+    measured_step_s: float
+    memory_mb: dict | None = None
+
+
+def load_runs(inputs, plan=None) -> list[Run]:
+    runs = []
+    for item in inputs:
+        p = Path(item)
+        if not p.exists():
+            raise SpecError(f"input '{item}' does not exist")
+        if p.suffix in (".yaml", ".yml"):
+            runs += _yaml_runs(p)
+            continue
+        run = parse_log(p)
+        plan_path = _plan_for(p, plan)
+        case = case_for_log(p, plan_path)
+        check_log_matches(run, case, p)
+        runs.append(Run(str(p), f"log:{plan_path}", case, run.step_s, run.memory_mb))
+    if not runs:
+        raise SpecError("no runs to calibrate on")
+    return runs
+
+
+# Defaults for a measured run that is not one of the published sources: what launch.sh writes
+# (Megatron-DeepSpeed, bf16, FlashAttention-2, no recomputation, ZeRO-1), unless the record says otherwise.
+USER_RULES = dict(framework="megatron-deepspeed", precision="bf16", flash=True, dropout=0.0, recompute="none",
+                  vpp=1, zero=1, mbs=1)
+
+
+def _yaml_runs(p: Path) -> list[Run]:
+    from .specs import case_from_dict
+    from .validation import SOURCES, record_from_published, source_of
+
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError:
+        raise SpecError(f"runs file '{p}' is not valid YAML") from None
+    if not isinstance(data, list):
+        raise SpecError(f"runs file '{p}' must be a list of records with model, cluster, parallel, measured")
+    out = []
+    for i, rec in enumerate(data):
+        if not isinstance(rec, dict) or any(k not in rec for k in ("model", "cluster", "parallel", "measured")):
+            raise SpecError(f"runs file '{p}', record {i + 1}: needs model, cluster, parallel and measured")
+        rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec}
+        rules = None if source_of(str(rec["id"])) in SOURCES else USER_RULES
+        try:
+            r = record_from_published(rec, rules=rules, source=None if rules is None else str(p))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecError(f"runs file '{p}', record {i + 1}: {exc}") from None
+        if r is None or not r.measured_step_s:
+            raise SpecError(f"runs file '{p}', record {i + 1}: no measured step time "
+                            "(measured.step_time_s) or a GPU the catalog does not know")
+        out.append(Run(r.id, r.source, case_from_dict(r.case), float(r.measured_step_s)))
+    return out
+
+
+# ---- the fit ------------------------------------------------------------------------------------
+
+def predict(runs: list[Run], constants: dict) -> np.ndarray:
+    """Step time of every run with `constants` applied, vectorised over runs that share model, cluster
+    type and framework (as planner.validation.evaluate)."""
+    from costmodels.estimate import estimate_batch
+    from costmodels.types import LayoutBatch
+
+    prepared = [apply_case(r.case, constants) for r in runs]
+    groups: dict[tuple, list[int]] = {}
+    for i, case in enumerate(prepared):
+        key = (repr(case.model), repr(replace(case.cluster, num_gpus=case.cluster.gpus_per_node)),
+               repr(case.framework))
+        groups.setdefault(key, []).append(i)
+    out = np.empty(len(runs))
+    for idx in groups.values():
+        first = prepared[idx[0]]
+        batch = estimate_batch(first.model, first.cluster, first.framework,
+                               LayoutBatch.from_layouts([prepared[i].layout for i in idx]))
+        out[idx] = np.asarray(batch.step_time_s, dtype=float)
+    return out
+
+
+@dataclass(frozen=True)
+class Calibration:
+    constants: dict
+    prior: dict
+    runs: list
+    before: list            # relative step-time error per run, before
+    after: list
+
+    def to_dict(self) -> dict:
+        return {
+            "version": 1,
+            "constants": {k: float(f"{v:.6g}") for k, v in self.constants.items()},
+            "provenance": {
+                "method": "least squares on log step time with a log-normal prior on each constant "
+                          "(planner/calibrate.py, as benchmarks/fit.py)",
+                "prior": {k: float(f"{v:.6g}") for k, v in self.prior.items()},
+                "bounds": {c.name: [c.low, c.high] for c in CONSTANTS},
+                "meaning": {c.name: c.what for c in CONSTANTS},
+            },
+            "runs": [{"id": r.id, "source": r.source, "measured_step_s": float(f"{r.measured_step_s:.6g}"),
+                      "error_before": float(f"{b:.4f}"), "error_after": float(f"{a:.4f}")}
+                     for r, b, a in zip(self.runs, self.before, self.after)],
+            "mape_before": float(f"{_mape(self.before):.4f}"),
+            "mape_after": float(f"{_mape(self.after):.4f}"),
+        }
+
+
+def _mape(errors) -> float:
+    return float(np.mean(np.abs(errors))) if len(errors) else 0.0
+
+
+PRIOR_WEIGHT = 0.02      # weaker than benchmarks/fit.py's 0.1: a few precise runs on one cluster; the prior
+                         # still decides the directions the runs leave open
+
+
+def fit(runs: list[Run], fixed: tuple = (), prior_weight: float = PRIOR_WEIGHT) -> Calibration:
+    """Refit CONSTANTS (but those named in `fixed`) to the runs' measured step times."""
+    prior = current_constants(runs[0].case)
+    free = [c for c in CONSTANTS if c.name not in fixed]
+    measured = np.array([r.measured_step_s for r in runs])
+    lo = np.log([c.low for c in free])
+    hi = np.log([c.high for c in free])
+    mu = np.log([np.clip(prior[c.name], c.low, c.high) for c in free])
+    sig = np.array([c.sigma for c in free])
+
+    def consts(x):
+        return {**prior, **{c.name: float(math.exp(v)) for c, v in zip(free, x)}}
+
+    def residuals(x):
+        pred = predict(runs, consts(x))
+        return np.concatenate([np.log(pred / measured), prior_weight * (x - mu) / sig])
+
+    x = mu.copy()
+    r = residuals(x)
+    lam = 1e-2
+    for _ in range(60):
+        jac = np.empty((len(r), len(x)))
+        for j in range(len(x)):     # central differences, 1% steps (the model's terms are piecewise smooth)
+            h = 1e-2
+            xp, xm = x.copy(), x.copy()
+            xp[j] += h
+            xm[j] -= h
+            jac[:, j] = (residuals(xp) - residuals(xm)) / (2 * h)
+        a = jac.T @ jac
+        g = jac.T @ r
+        improved = False
+        for _ in range(10):
+            step = np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-12), -g)
+            xn = np.clip(x + step, lo, hi)
+            rn = residuals(xn)
+            if rn @ rn < r @ r - 1e-12:
+                x, r, lam, improved = xn, rn, max(lam / 3, 1e-7), True
+                break
+            lam *= 4
+        if not improved or np.max(np.abs(step)) < 1e-6:
+            break
+    final = {k: v for k, v in consts(x).items()}
+    before = list(predict(runs, prior) / measured - 1.0)
+    after = list(predict(runs, final) / measured - 1.0)
+    return Calibration(final, prior, list(runs), before, after)
+
+
+def calibrate(inputs, plan=None, out=None, fixed: tuple = ()) -> Calibration:
+    """Python API: refit the constants to logs (with their plan.json) or measured-run YAML files; with
+    `out`, write calib.yaml. Returns the Calibration (.constants, .before, .after, .to_dict())."""
+    if isinstance(inputs, (str, Path)):
+        inputs = [inputs]
+    runs = load_runs(inputs, plan)
+    cal = fit(runs, fixed=fixed)
+    if out is not None:
+        Path(out).write_text(yaml.safe_dump(cal.to_dict(), sort_keys=False))
+    return cal
+
+
+def calibration_text(cal: Calibration) -> str:
+    lines = ["constants (catalog -> calibrated):"]
+    for c in CONSTANTS:
+        lines.append(f"  {c.name:22s} {cal.prior[c.name]:.4g} -> {cal.constants[c.name]:.4g}")
+    lines.append("step-time error per run (predicted / measured - 1):")
+    for r, b, a in zip(cal.runs, cal.before, cal.after):
+        lines.append(f"  {r.id}: measured {r.measured_step_s * 1e3:.1f} ms, before {b * 100:+.1f}%, "
+                     f"after {a * 100:+.1f}%")
+    lines.append(f"MAPE: before {_mape(cal.before) * 100:.1f}%, after {_mape(cal.after) * 100:.1f}%")
+    return "\n".join(lines)

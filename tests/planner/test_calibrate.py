@@ -1,0 +1,170 @@
+"""planner calibrate (issue 9 part 4): log parsing, recovery of known constants, bad logs, applying."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import planner
+from planner.calibrate import Run, fit, load_calibration, parse_log, predict
+from planner.cli import main
+from planner.specs import case_from_dict
+
+sys.path.insert(0, str(Path(__file__).parent))
+from mds_log import mds_log  # noqa: E402
+
+TRUTH = {"compute_scale": 0.85, "network_efficiency": 0.55, "iteration_overhead_s": 0.05}
+
+
+def test_parse_log_reads_the_mds_print_formats(tmp_path):
+    log = tmp_path / "1.log"
+    log.write_text("some startup noise\n" + mds_log(250.0, gbs=64, seq=2048,
+                                                    args={"num_layers": 24, "hidden_size": 2304}))
+    run = parse_log(log)
+    assert run.step_s == pytest.approx(0.25)          # the slow first iterations are warm-up, not used
+    assert len(run.iterations) == 20 and run.train_iters == 20
+    assert run.global_batch == 64 and run.seq_len == 2048
+    assert run.tflops == pytest.approx(123.45) and run.samples_per_s == pytest.approx(256.0)
+    assert run.memory_mb == {"allocated": 1000.0, "max_allocated": 2000.0, "reserved": 2500.0,
+                             "max_reserved": 3000.0}
+    assert run.args == {"hidden_size": "2304", "num_layers": "24"}
+
+
+SPECS = [("gpt-1.7b", 8, dict(tp=1, pp=1, micro_batch=4, global_batch=32)),
+         ("gpt-1.7b", 32, dict(tp=1, pp=1, micro_batch=2, global_batch=64)),
+         ("llama2-7b", 16, dict(tp=2, pp=1, micro_batch=1, global_batch=16)),
+         ("llama2-7b", 64, dict(tp=1, pp=1, micro_batch=1, global_batch=64, zero_stage=3)),
+         ("llama2-13b", 32, dict(tp=4, pp=1, micro_batch=2, global_batch=512)),
+         ("gpt-1.7b", 64, dict(tp=1, pp=1, micro_batch=1, global_batch=64))]
+
+
+def test_calibration_recovers_known_constants():
+    """Runs the model itself generated with known constants: the fit finds them again."""
+    cases = [case_from_dict({"model": m, "cluster": {"gpu": "H100-SXM", "num_gpus": n, "gpus_per_node": 8},
+                             "parallel": p}) for m, n, p in SPECS]
+    runs = [Run(str(i), "t", c, 1.0) for i, c in enumerate(cases)]
+    measured = predict(runs, TRUTH)
+    runs = [Run(r.id, r.source, r.case, float(t)) for r, t in zip(runs, measured)]
+    cal = fit(runs)
+    for k, v in TRUTH.items():
+        assert cal.constants[k] == pytest.approx(v, rel=0.03), k
+    assert max(abs(e) for e in cal.after) < 0.005
+    assert min(abs(e) for e in cal.before) > 0.1
+
+
+@pytest.fixture(scope="module")
+def probe_dir(tmp_path_factory):
+    """A plan with probe.sh, and logs of its three candidates as Megatron-DeepSpeed prints them, with
+    step times the model gives at TRUTH."""
+    out = tmp_path_factory.mktemp("cal") / "job"
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "16",
+                                  "--global-batch", "64", "--probe", "3", "--out", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    from planner.calibrate import case_for_log
+    for rank in (1, 2, 3):
+        log = out / "probe" / f"{rank}.log"
+        case = case_for_log(log, out / "plan.json")
+        t = predict([Run("x", "x", case, 1.0)], TRUTH)[0]
+        log.write_text(mds_log(t * 1e3, gbs=case.layout.gbs, seq=case.layout.seq_len,
+                               args={"num_layers": case.model.num_layers, "hidden_size": case.model.hidden,
+                                     "tensor_model_parallel_size": case.layout.tp}))
+    return out
+
+
+def test_cli_calibrate_on_probe_logs_then_estimate_and_plan(probe_dir, tmp_path):
+    calib = tmp_path / "calib.yaml"
+    logs = [str(probe_dir / "probe" / f"{r}.log") for r in (1, 2, 3)]
+    r = CliRunner().invoke(main, ["calibrate", *logs, "--out", str(calib)])
+    assert r.exit_code == 0, r.output
+    assert "before" in r.output and "after" in r.output and "MAPE" in r.output
+    data = yaml.safe_load(calib.read_text())
+    assert set(data["constants"]) == {"compute_scale", "network_efficiency", "iteration_overhead_s"}
+    assert len(data["runs"]) == 3 and data["mape_after"] < 0.02 < data["mape_before"]
+    assert "prior" in data["provenance"] and "bounds" in data["provenance"]
+    measured = parse_log(logs[0]).step_s
+    plain = CliRunner().invoke(main, ["estimate", str(probe_dir / "plan.json"), "--json"])
+    cal = CliRunner().invoke(main, ["estimate", str(probe_dir / "plan.json"), "--json", "--calibration", str(calib)])
+    assert plain.exit_code == 0 and cal.exit_code == 0, cal.output
+    before = json.loads(plain.output)["step_time_s"]
+    after = json.loads(cal.output)["step_time_s"]
+    assert abs(after / measured - 1) < 0.02 < abs(before / measured - 1)
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "16",
+                                  "--global-batch", "64", "--json", "-q", "--calibration", str(calib)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["estimate"]["step_time_s"] > before
+    assert "calibrated constants: compute_scale" in r.output      # the plan says it was calibrated
+    # the Python API takes the file, a mapping or the Calibration object
+    cal_obj = planner.calibrate(logs)
+    est = planner.estimate(model="gpt-1.7b", cluster={"gpu": "H100-SXM", "num_gpus": 8}, parallel={"tp": 1},
+                           calibration=cal_obj)
+    est_file = planner.estimate(model="gpt-1.7b", cluster={"gpu": "H100-SXM", "num_gpus": 8},
+                                parallel={"tp": 1}, calibration=str(calib))
+    assert est.estimate.step_time_s == pytest.approx(est_file.estimate.step_time_s, rel=1e-3)
+    assert planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=32, calibration=cal_obj.constants).best
+
+
+def test_measured_runs_yaml(tmp_path):
+    """Measured runs in the schema of ../shared/validation/README.md calibrate too."""
+    records = []
+    for i, (m, n, p) in enumerate(SPECS[:3]):
+        case = case_from_dict({"model": m, "cluster": {"gpu": "H100-SXM", "num_gpus": n, "gpus_per_node": 8},
+                               "parallel": p})
+        mm = case.model
+        model = {"name": m, "num_layers": mm.num_layers, "hidden_size": mm.hidden, "ffn_hidden_size": mm.ffn_hidden,
+                 "num_attention_heads": mm.num_heads, "num_kv_heads": mm.num_kv_heads, "vocab_size": mm.vocab,
+                 "seq_length": case.layout.seq_len, "activation": "swiglu" if mm.gated_mlp else "gelu"}
+        records.append({"id": f"mine-{i}", "model": model,
+                        "cluster": {"gpu": "H100-SXM", "num_gpus": n, "gpus_per_node": 8},
+                        "parallel": {**p, "dp": n // p["tp"], "cp": 1}, "measured": {"step_time_s": 0.5 + i}})
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(records))
+    r = CliRunner().invoke(main, ["calibrate", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert [x["id"] for x in data["runs"]] == ["mine-0", "mine-1", "mine-2"]
+    assert data["mape_after"] < data["mape_before"]
+
+
+def _one_error(r, *words):
+    assert r.exit_code == 2, r.output
+    lines = [l for l in r.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.output
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
+    job = tmp_path / "job"
+    (job / "probe").mkdir(parents=True)
+    (job / "plan.json").write_text((probe_dir / "plan.json").read_text())
+    good = (probe_dir / "probe" / "1.log").read_text()
+    cases = {
+        "truncated": (mds_log(250.0, stop=7), ["1.log", "truncated", "7 of 20"]),
+        "empty": ("Traceback (most recent call last):\n  RuntimeError: CUDA out of memory\n",
+                  ["1.log", "no iteration lines"]),
+        "other-model": (mds_log(250.0, args={"num_layers": 32, "hidden_size": 4096}),
+                        ["1.log", "another model", "num_layers 32"]),
+        "other-batch": (mds_log(250.0, gbs=128), ["1.log", "another model", "global batch size 128"]),
+    }
+    for name, (text, words) in cases.items():
+        (job / "probe" / "1.log").write_text(text)
+        r = CliRunner().invoke(main, ["calibrate", str(job / "probe" / "1.log")])
+        _one_error(r, *words)
+    (job / "probe" / "1.log").write_text(good)
+    lone = tmp_path / "lone.log"
+    lone.write_text(good)
+    _one_error(CliRunner().invoke(main, ["calibrate", str(lone)]), "lone.log", "--plan")
+    _one_error(CliRunner().invoke(main, ["calibrate", str(tmp_path / "missing.log")]), "missing.log")
+
+
+def test_bad_calibration_file_is_one_error_line(tmp_path):
+    bad = tmp_path / "calib.yaml"
+    bad.write_text("constants: {compute_scale: 7}\n")
+    example = Path(__file__).resolve().parents[2] / "examples" / "llama2-7b-h100.yaml"
+    r = CliRunner().invoke(main, ["estimate", str(example), "--calibration", str(bad)])
+    _one_error(r, "compute_scale")
+    bad.write_text("constants: {gemm_magic: 1}\n")
+    with pytest.raises(Exception, match="unknown constant"):
+        load_calibration(bad)

@@ -1,0 +1,131 @@
+"""probe.sh (issue 9 part 3): the top K candidates with the launch machinery of launch.sh."""
+import json
+import subprocess
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import planner
+from planner.cli import main
+from planner.emit.megatron_ds import PROBE_ITERS
+from planner.emit.writer import parse_args_block, parse_probe_blocks, render_files
+
+from pathlib import Path
+
+FLAGS_FILE = Path(__file__).resolve().parents[1] / "data" / "megatron_ds_flags.txt"
+
+
+def _known_flags():
+    return {line.split("\t")[0] for line in FLAGS_FILE.read_text().splitlines() if line.startswith("--")}
+
+
+@pytest.fixture(scope="module")
+def probed():
+    result = planner.plan("gpt-1.7b", "H100-SXM", gpus=16, global_batch=64, top_k=3)
+    return result, render_files(result, probe=3)
+
+
+def _bash_ok(script: bytes, tmp_path) -> bool:
+    path = tmp_path / "probe.sh"
+    path.write_bytes(script)
+    return subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+
+
+def test_probe_script_is_valid_bash_and_lists_every_candidate(probed, tmp_path):
+    result, files = probed
+    assert _bash_ok(files["probe.sh"], tmp_path)
+    blocks = parse_probe_blocks(files["probe.sh"].decode())
+    assert len(blocks) == 3
+    plan = json.loads(files["plan.json"])
+    assert [c["rank"] for c in plan["probe"]["candidates"]] == [1, 2, 3]
+    assert [c["megatron_args"] for c in plan["probe"]["candidates"]] == blocks
+    for rank in (1, 2, 3):
+        assert f"probe/ds_config_{rank}.json" in files
+        assert f'run_candidate {rank} "${{ARGS[@]}}"' in files["probe.sh"].decode()
+
+
+def test_probe_arguments_pass_the_launch_checks(probed, monkeypatch):
+    """The same checks as test_emit applies to launch.sh: known flags, flags and JSON agree, and
+    DeepSpeed's own config class accepts each candidate's JSON."""
+    result, files = probed
+    known = _known_flags()
+    launch = parse_args_block(files["launch.sh"].decode())
+    for plan, argv in zip(result.plans, parse_probe_blocks(files["probe.sh"].decode())):
+        used = [a for a in argv if a.startswith("--")]
+        assert set(used) <= known, sorted(set(used) - known)
+        cfg = json.loads(files[f"probe/ds_config_{plan.rank}.json"])
+        assert int(argv[argv.index("--micro-batch-size") + 1]) == cfg["train_micro_batch_size_per_gpu"]
+        assert int(argv[argv.index("--global-batch-size") + 1]) == cfg["train_batch_size"]
+        assert int(argv[argv.index("--zero-stage") + 1]) == cfg["zero_optimization"]["stage"]
+        assert int(argv[argv.index("--tensor-model-parallel-size") + 1]) == plan.layout.tp
+        assert argv[argv.index("--train-iters") + 1] == str(PROBE_ITERS)
+        assert argv[argv.index("--log-interval") + 1] == "1"
+        assert argv[argv.index("--timing-log-level") + 1] == "2"
+        assert "--save" not in argv and "--load" not in argv
+        assert argv[argv.index("--deepspeed_config") + 1] == "$DS_CONFIG"
+    # the best candidate runs what launch.sh runs, but for a few steps
+    first = parse_probe_blocks(files["probe.sh"].decode())[0]
+    assert [a for a in first if a.startswith("--") and a != "--timing-log-level"] == \
+        [a for a in launch if a.startswith("--") and a not in ("--save", "--load", "--save-interval")]
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.config import DeepSpeedConfig
+    import deepspeed.comm as dist
+
+    monkeypatch.setattr(dist, "get_rank", lambda *a, **k: 0)
+    for plan in result.plans:
+        layout = plan.layout
+
+        class FakeMpu:      # Megatron-DeepSpeed's data-parallel group excludes the Ulysses (cp) ranks
+            def get_data_parallel_world_size(self):
+                return layout.dp
+
+        ds = DeepSpeedConfig(json.loads(files[f"probe/ds_config_{plan.rank}.json"]), mpu=FakeMpu())
+        assert ds.train_batch_size == layout.gbs and ds.zero_optimization_stage == layout.zero
+
+
+def test_probe_args_expand_to_the_jobs_argv(probed):
+    """What bash makes of each ARGS array is exactly plan.json's argument list ($VARS expanded), and
+    each candidate's DS_CONFIG points at its own JSON."""
+    result, files = probed
+    text = files["probe.sh"].decode()
+    plan = json.loads(files["plan.json"])
+    env = "SCRIPT_DIR=/s DATA_PATH=/d TOKENIZER_MODEL=/t VOCAB_FILE=/v MERGE_FILE=/m"
+    for part, cand in zip(text.split("# ---- candidate ")[1:], plan["probe"]["candidates"]):
+        body = part.split("\n", 1)[1].split("\n(\n", 1)[0]
+        r = subprocess.run(["bash", "-c", f"{env}; {body}\nprintf '%s\\0' \"${{ARGS[@]}}\""],
+                           capture_output=True, text=True)
+        expanded = {"$DATA_PATH": "/d", "$TOKENIZER_MODEL": "/t", "$VOCAB_FILE": "/v", "$MERGE_FILE": "/m",
+                    "$DS_CONFIG": f"/s/probe/ds_config_{cand['rank']}.json"}
+        assert r.stdout.split("\0")[:-1] == [expanded.get(a, a) for a in cand["megatron_args"]]
+
+
+TEXT = st.text(st.characters(blacklist_characters="\0"), min_size=1, max_size=40)
+
+
+@given(model_name=TEXT.filter(lambda s: s.strip()), gpu_name=TEXT.filter(lambda s: s.strip()))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_hostile_names_cannot_reach_the_probe_shell(probed, model_name, gpu_name, tmp_path_factory):
+    base, files = probed
+    result = replace(base, model=replace(base.model, name=model_name),
+                     cluster=replace(base.cluster, gpu=replace(base.cluster.gpu, name=gpu_name), name=gpu_name))
+    evil = render_files(result, probe=3)["probe.sh"].decode()
+    plain = files["probe.sh"].decode()
+    code = lambda t: [l for l in t.splitlines() if not l.lstrip().startswith("#")]
+    assert code(evil) == code(plain)
+    assert _bash_ok(evil.encode(), tmp_path_factory.mktemp("p"))
+
+
+def test_cli_probe_writes_the_files_and_needs_out(tmp_path):
+    out = tmp_path / "job"
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "32", "--top", "1", "--probe", "2", "--out", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    assert (out / "probe.sh").stat().st_mode & 0o111
+    assert (out / "probe" / "ds_config_2.json").exists()
+    assert not (out / "probe" / ".deepspeed_env").exists()      # one node: variables are exported
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "32", "--probe", "2"])
+    assert r.exit_code == 2 and "error:" in r.output and "--out" in r.output
