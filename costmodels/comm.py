@@ -24,6 +24,7 @@ import numpy as np
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
 from .types import ClusterSpec
+from .types import FP32, GC_1BIT, GC_16BIT, GC_FP32, GC_ZEROPP  # named enum codes
 
 
 def members_per_domain(size, stride, domain):
@@ -102,7 +103,8 @@ def grad_comm_bytes_per_param(grad_comm, precision):
     return _GRAD_WIRE_BYTES[asv(grad_comm)]
 
 
-_GRAD_WIRE_BYTES = np.array([4.0, 2.0, 0.5, 0.125])   # by GradComm code: fp32, bf16, zeropp, 1bit
+_GRAD_WIRE_BYTES = np.zeros(4)
+_GRAD_WIRE_BYTES[[GC_FP32, GC_16BIT, GC_ZEROPP, GC_1BIT]] = [4.0, 2.0, 0.5, 0.125]
 
 
 def zeropp_quantisation_bytes_per_param(grad_comm, gathers):
@@ -111,11 +113,11 @@ def zeropp_quantisation_bytes_per_param(grad_comm, gathers):
     write 2); qgZ quantises the 16-bit gradient to int4 and dequantises the reduced result (read 2,
     write 0.5, twice: its all-to-all runs in two hops; Wang et al. 2023, arXiv:2306.10209, §3.1-3.3).
     Memory-bound, so the kernels run at HBM bandwidth. Zero without ZeRO++."""
-    return where(asv(grad_comm) == 2, asf(gathers) * 6.0 + 2.0 * 2.5, 0.0)
+    return where(asv(grad_comm) == GC_ZEROPP, asf(gathers) * 6.0 + 2.0 * 2.5, 0.0)
 
 
 def weight_gather_bytes_per_param(grad_comm, precision):
     """ZeRO-3 / ZeRO-1,2 weight all-gather: the working dtype, or int8 with ZeRO++ qwZ
     (Wang et al. 2023, arXiv:2306.10209, §3.1)."""
-    base = where(asv(precision) == 0, 4.0, 2.0)
-    return where(asv(grad_comm) == 2, 1.0, base)
+    base = where(asv(precision) == FP32, 4.0, 2.0)
+    return where(asv(grad_comm) == GC_ZEROPP, 1.0, base)

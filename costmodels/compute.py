@@ -26,6 +26,7 @@ from .comm import all_reduce_time, members_per_domain
 from .gemm import gemm_time
 from .memory import activation_bytes_per_element
 from .types import ClusterSpec, Framework, ModelSpec
+from .types import BF16, FP16, FP32, FP8  # named enum codes
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,9 @@ def gemm_rate(cluster: ClusterSpec, precision):
     fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
     half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
     fp16 = g.peak_flop_per_s.get("fp16", half)
-    table = np.array([fp32, fp16, half, half * g.fp8_gemm_speedup]) * g.gemm_efficiency
-    return table[asv(precision)]
+    table = np.zeros(4)
+    table[[FP32, FP16, BF16, FP8]] = [fp32, fp16, half, half * g.fp8_gemm_speedup]
+    return (table * g.gemm_efficiency)[asv(precision)]
 
 
 def attention_rate(cluster: ClusterSpec, precision):
@@ -65,7 +67,7 @@ def attention_rate(cluster: ClusterSpec, precision):
     g = cluster.gpu
     half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
     fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
-    return where(asv(precision) == 0, fp32, half) * g.attention_efficiency
+    return where(asv(precision) == FP32, fp32, half) * g.attention_efficiency
 
 
 def sparse_speedup(cluster: ClusterSpec, sparsity):
@@ -171,7 +173,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
     # Non-flash attention runs as batched GEMMs at GEMM efficiency; flash at its own.
     attn_rate = where(flash, attention_rate(cluster, precision) * fw.attention_speedup,
-                         gemm_rate(cluster, maximum(precision, 1)))
+                         gemm_rate(cluster, where(asv(precision) == FP32, FP16, precision)))
     n_fwd, n_bwd = _kernel_counts(m, flash)
     # TP: two all-reduces (or reduce-scatter + all-gather with SP, same bytes) per layer pass
     # (Shoeybi et al. 2019, §3, Fig. 4; Korthikanti et al. 2022, §4.2.2).
@@ -205,7 +207,7 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
     """Final norm, output projection 2 b s h V / t (Narayanan et al. 2021, eq. 3, V/16lh term) and
     the vocab-parallel cross entropy over fp32 logits (read/write passes over b s V / t elements)."""
     gpu = cluster.gpu
-    rate = gemm_rate(cluster, minimum(precision, 2))  # Megatron keeps the output layer in bf16
+    rate = gemm_rate(cluster, where(asv(precision) == FP8, BF16, precision))  # Megatron keeps the output layer in bf16
     e = activation_bytes_per_element(precision)
     flop = 2.0 * tokens * m.hidden * m.vocab / asf(tp)
     logits = tokens * m.vocab / asf(tp)

@@ -18,6 +18,7 @@ from .comm import (grad_comm_bytes_per_param, zeropp_quantisation_bytes_per_para
 from .flops import model_flop_per_token, recompute_flop_per_token
 from .types import (LAYOUT_FIELDS, ClusterSpec, Estimate, Framework, Layout, LayoutBatch, MemoryBreakdown,
                     ModelSpec, TimeBreakdown)
+from .types import BF16, FP16, FP32, FP8, OFF_NONE, OFF_NVME, RC_FULL, RC_SELECTIVE  # named enum codes
 
 MEMORY_FIELDS = tuple(f.name for f in fields(MemoryBreakdown))
 TIME_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
@@ -136,17 +137,17 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     lf_gpu, lf_tp, lf_x = gpu_and_excess(fwd)
     lb_gpu, lb_tp, lb_x = gpu_and_excess(bwd)
     co_gpu, _, co_x = gpu_and_excess(core)
-    full_rc = rc == 2
+    full_rc = rc == RC_FULL
 
     def body_of(n_layers):
         """Per-micro-batch time of a stage's transformer layers, by component."""
         n_rc = recomputed_in(n_layers)
         return {"compute": n_layers * (lf_gpu + lb_gpu),
-                "recompute": where(full_rc, n_rc * lf_gpu, where(rc == 1, n_layers * co_gpu, 0.0)),
+                "recompute": where(full_rc, n_rc * lf_gpu, where(rc == RC_SELECTIVE, n_layers * co_gpu, 0.0)),
                 "tp_comm": n_layers * (lf_tp + lb_tp) + where(full_rc, n_rc * lf_tp, 0.0),
                 "cp_comm": n_layers * (cp_fwd + cp_bwd) + where(full_rc, n_rc * cp_fwd, 0.0),
                 "excess": n_layers * (lf_x + lb_x) + where(full_rc, n_rc * lf_x,
-                                                              where(rc == 1, n_layers * co_x, 0.0))}
+                                                              where(rc == RC_SELECTIVE, n_layers * co_x, 0.0))}
 
     body = body_of(layers_first)
     body_mid = body_of(layers)
@@ -206,10 +207,10 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     z2_exposed = where(zero == 2, maximum(z2_rs - dp_overlap * layers * lb_gpu, 0.0), 0.0)
     # Parameters streamed from host memory (ZeRO-Infinity offload_param) once per use.
     nvme_per_gpu = max(c.nvme_bytes_per_s, 1.0) / c.gpus_per_node
-    fetch_rate = where(lb.offload_params == 2, min(c.pcie_bytes_per_s, nvme_per_gpu), c.pcie_bytes_per_s)
+    fetch_rate = where(lb.offload_params == OFF_NVME, min(c.pcie_bytes_per_s, nvme_per_gpu), c.pcie_bytes_per_s)
     param_fetch = stage_p * 2.0 * gathers / fetch_rate
     hidden = fw.offload_overlap * param_fetch
-    offload_p = where((zero >= 3) & (lb.offload_params > 0),
+    offload_p = where((zero >= 3) & (lb.offload_params != OFF_NONE),
                          param_fetch - hidden + maximum(hidden - mb_compute, 0.0), 0.0)
 
     per_mb_shared = {"pp_comm": p2p, "zero_comm": z3_exposed, "dp_comm": z2_exposed, "offload": offload_p}
@@ -238,7 +239,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
                   + weight_sync * (1.0 - fw.param_gather_overlap))
     local = stage_p / where(zero >= 1, shard, 1.0)
     opt_off = lb.offload_optimizer
-    opt_gpu = where(opt_off > 0, 0.0, steptime.optimizer_step_time(local, c, prec))
+    opt_gpu = where(opt_off != OFF_NONE, 0.0, steptime.optimizer_step_time(local, c, prec))
     opt_host = steptime.offloaded_optimizer_time(local, opt_off, c)
 
     time = {
@@ -321,10 +322,10 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     total_mem = alloc + mem["fragmentation"] + mem["cuda_context"]
 
     # Host memory for offloaded optimizer state: fp32 master, moments and gradients (16 B/param).
-    host_per_node = where(opt_off > 0, local * 16.0 * c.gpus_per_node, 0.0)
-    host_per_node = host_per_node + where(lb.offload_params > 0, local * 2.0 * c.gpus_per_node, 0.0)
-    nvme_needed = where(opt_off == 2, host_per_node, 0.0)
-    host_fits = where(opt_off == 2, nvme_needed <= c.nvme_bytes, host_per_node <= c.host_memory_bytes)
+    host_per_node = where(opt_off != OFF_NONE, local * 16.0 * c.gpus_per_node, 0.0)
+    host_per_node = host_per_node + where(lb.offload_params != OFF_NONE, local * 2.0 * c.gpus_per_node, 0.0)
+    nvme_needed = where(opt_off == OFF_NVME, host_per_node, 0.0)
+    host_fits = where(opt_off == OFF_NVME, nvme_needed <= c.nvme_bytes, host_per_node <= c.host_memory_bytes)
 
     # ---- throughput ----------------------------------------------------------------------------
     tokens_step = gbs * seq
@@ -366,7 +367,9 @@ def _peak_for(c: ClusterSpec, precision):
     """Dense peak FLOP/s of the layout's precision (TF32 for fp32), the MFU denominator."""
     p = c.gpu.peak_flop_per_s
     fp32 = p.get("tf32") or p.get("fp32", 0.0)
-    return np.array([fp32, p.get("fp16", 0.0), p.get("bf16", 0.0), p.get("fp8", 0.0)])[asv(precision)]
+    table = np.zeros(4)
+    table[[FP32, FP16, BF16, FP8]] = [fp32, p.get("fp16", 0.0), p.get("bf16", 0.0), p.get("fp8", 0.0)]
+    return table[asv(precision)]
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout) -> Estimate:

@@ -10,10 +10,8 @@ import numpy as np
 
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
-from .types import Framework, ModelSpec
+from .types import FP8, FP32, GC_FP32, OFF_NONE, RC_FULL, RC_SELECTIVE, Framework, ModelSpec, Precision
 
-FP32 = 0
-FP8 = 3
 
 
 def activation_bytes_per_element(precision):
@@ -22,7 +20,7 @@ def activation_bytes_per_element(precision):
     return where(asv(precision) == FP32, 4.0, 2.0)
 
 
-_PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+_PRECISIONS = tuple(sorted(Precision._CODES, key=Precision._CODES.get))   # names in code order
 
 
 def bf16_optimizer_in_use(precision, zero, fw: Framework):
@@ -58,12 +56,12 @@ def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload
     # DeepSpeed's BF16_Optimizer shards the optimizer over data parallelism even at ZeRO stage 0.
     opt_sharded = (zero >= 1) | bf16_optimizer_in_use(precision, zero, fw)
     if fw.grad_buffer_follows_comm:
-        g_b = where(asv(grad_comm) > 0, minimum(g_b, 2.0), g_b)
+        g_b = where(asv(grad_comm) != GC_FP32, minimum(g_b, 2.0), g_b)
     weights = params * where(zero >= 3, w_b / shard, w_b)
-    weights = where((zero >= 3) & (asv(offload_params) > 0), 0.0, weights)
+    weights = where((zero >= 3) & (asv(offload_params) != OFF_NONE), 0.0, weights)
     grads = params * where(zero >= 2, g_b / shard, g_b)
     optimizer = params * where(opt_sharded, o_b / shard, o_b)
-    optimizer = where(asv(offload_optimizer) > 0, 0.0, optimizer)
+    optimizer = where(asv(offload_optimizer) != OFF_NONE, 0.0, optimizer)
     return weights, grads, optimizer
 
 
@@ -131,7 +129,7 @@ def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_la
     selective_total = inflight * layers * stored + core
     full_total = (inflight * (full_layers * ckpt + (layers - full_layers) * (stored + core))
                   + where(full_layers > 0, stored + core - ckpt, 0.0))
-    return where(recompute == 2, full_total, where(recompute == 1, selective_total, none_total))
+    return where(recompute == RC_FULL, full_total, where(recompute == RC_SELECTIVE, selective_total, none_total))
 
 
 def inflight_microbatches(pp, vpp, num_microbatches, stage):

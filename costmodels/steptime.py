@@ -13,6 +13,7 @@ import numpy as np
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
 from .comm import all_gather_time, all_to_all_time, members_per_domain, reduce_scatter_time, all_reduce_time
+from .types import FP32, OFF_NONE, OFF_NVME  # named enum codes
 
 
 def pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, num_microbatches):
@@ -61,7 +62,7 @@ def optimizer_step_time(local_params, cluster, precision):
     and the 16-bit copy, plus the gradient-norm pass: about 38 bytes per local parameter
     (fused multi-tensor Adam; Rajbhandari et al. 2020 count 16 bytes of state per parameter)."""
     gpu = cluster.gpu
-    bytes_per_param = where(asv(precision) == 0, 32.0, 38.0)
+    bytes_per_param = where(asv(precision) == FP32, 32.0, 38.0)
     return local_params * bytes_per_param / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency)
 
 
@@ -74,8 +75,8 @@ def offloaded_optimizer_time(local_params, offload, cluster):
     cpu = local_params / per_gpu_cpu_rate
     pcie = local_params * 6.0 / cluster.pcie_bytes_per_s
     nvme_rate = max(cluster.nvme_bytes_per_s, 1.0) / cluster.gpus_per_node
-    nvme = where(asv(offload) == 2, local_params * 24.0 / nvme_rate, 0.0)
-    return where(asv(offload) > 0, cpu + pcie + nvme, 0.0)
+    nvme = where(asv(offload) == OFF_NVME, local_params * 24.0 / nvme_rate, 0.0)
+    return where(asv(offload) != OFF_NONE, cpu + pcie + nvme, 0.0)
 
 
 def cp_exchange_time(kv_bytes, cp, stride, attention_time, cluster):

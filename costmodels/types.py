@@ -17,11 +17,12 @@ from .errors import SpecError
 
 
 class _Coded(str, Enum):
-    """A string enum with a stable integer code, so numpy arrays can carry it."""
+    """A string enum with a fixed integer code (its class's `_CODES` table, not its declaration order),
+    so numpy arrays can carry it and reordering the members changes no estimate."""
 
     @property
     def code(self) -> int:
-        return list(type(self)).index(self)
+        return type(self)._CODES[self.value]
 
     @classmethod
     def parse(cls, value) -> "_Coded":
@@ -39,7 +40,10 @@ class _Coded(str, Enum):
 
     @classmethod
     def from_code(cls, code: int) -> "_Coded":
-        return list(cls)[int(code)]
+        for value, c in cls._CODES.items():
+            if c == int(code):
+                return cls(value)
+        raise SpecError(f"unknown {cls.__name__.lower()} code {code!r}")
 
 
 class Precision(_Coded):
@@ -49,6 +53,7 @@ class Precision(_Coded):
     FP8 = "fp8"
 
 
+Precision._CODES = {"fp32": 0, "fp16": 1, "bf16": 2, "fp8": 3}
 Precision._ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
                       "fp8-hybrid": "fp8", "fp8_e4m3": "fp8"}
 
@@ -59,6 +64,7 @@ class Recompute(_Coded):
     FULL = "full"
 
 
+Recompute._CODES = {"none": 0, "selective": 1, "full": 2}
 Recompute._ALIASES = {"false": "none", "off": "none", "no": "none", "true": "full",
                       "checkpoint-activations": "full"}
 
@@ -69,6 +75,7 @@ class Offload(_Coded):
     NVME = "nvme"
 
 
+Offload._CODES = {"none": 0, "cpu": 1, "nvme": 2}
 Offload._ALIASES = {"false": "none", "off": "none", "no": "none"}
 
 
@@ -78,6 +85,7 @@ class Sparsity(_Coded):
     UNSTRUCTURED = "unstructured"
 
 
+Sparsity._CODES = {"dense": 0, "2:4": 1, "unstructured": 2}
 Sparsity._ALIASES = {"none": "dense", "2to4": "2:4", "structured": "2:4"}
 
 
@@ -88,6 +96,15 @@ class GradComm(_Coded):
     BF16 = "bf16"          # communication_data_type bf16 (fp16 for fp16 training)
     ZEROPP = "zeropp"      # ZeRO++: int8 weights all-gather, int4 gradient reduce-scatter
     ONEBIT = "1bit"        # 1-bit Adam / 0-1 Adam error-compensated compression
+
+
+GradComm._CODES = {"fp32": 0, "bf16": 1, "zeropp": 2, "1bit": 3}
+
+# Named codes for the vectorised cost model (costmodels/ compares arrays of codes against these).
+FP32, FP16, BF16, FP8 = (Precision._CODES[v] for v in ("fp32", "fp16", "bf16", "fp8"))
+RC_NONE, RC_SELECTIVE, RC_FULL = (Recompute._CODES[v] for v in ("none", "selective", "full"))
+OFF_NONE, OFF_CPU, OFF_NVME = (Offload._CODES[v] for v in ("none", "cpu", "nvme"))
+GC_FP32, GC_16BIT, GC_ZEROPP, GC_1BIT = (GradComm._CODES[v] for v in ("fp32", "bf16", "zeropp", "1bit"))
 
 
 GradComm._ALIASES = {"fp16": "bf16", "half": "bf16", "zero++": "zeropp", "onebit": "1bit",
