@@ -23,7 +23,7 @@ import numpy as np
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
 from .comm import all_reduce_time, members_per_domain
-from .gemm import gemm_time
+from .gemm import gemm_time, on_distinct_rows
 from .memory import activation_bytes_per_element
 from .types import ClusterSpec, Framework, ModelSpec
 from .types import BF16, FP16, FP32, FP8  # named enum codes
@@ -105,11 +105,14 @@ def layer_gemm_shapes(m: ModelSpec, tokens, tp):
 def layer_gemm_times(m: ModelSpec, gpu, tokens, tp, rate, sparse_speedup=1.0):
     """Forward and backward seconds of the layer's weight GEMMs: forward (M, N, K), input gradient
     (M, K, N) and weight gradient (K, N, M) per GEMM; 2:4 sparsity speeds up the first two."""
-    fwd = bwd = 0.0
-    for mm, nn, kk in layer_gemm_shapes(m, tokens, tp):
-        fwd = fwd + gemm_time(mm, nn, kk, rate * sparse_speedup, gpu)
-        bwd = bwd + gemm_time(mm, kk, nn, rate * sparse_speedup, gpu) + gemm_time(kk, nn, mm, rate, gpu)
-    return fwd, bwd
+    def times(tokens, tp, rate, speedup):
+        fwd = bwd = 0.0
+        for mm, nn, kk in layer_gemm_shapes(m, tokens, tp):
+            fwd = fwd + gemm_time(mm, nn, kk, rate * speedup, gpu)
+            bwd = bwd + gemm_time(mm, kk, nn, rate * speedup, gpu) + gemm_time(kk, nn, mm, rate, gpu)
+        return fwd, bwd
+
+    return on_distinct_rows(times, tokens, tp, rate, sparse_speedup)
 
 
 def attention_flop(m: ModelSpec, tokens, seq_len, tp, flash):
@@ -216,12 +219,15 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
     bwd_bytes = logits * (e + 8.0) + tokens * m.hidden * 3.0 * e
     zero = 0.0 * flop
     n_v = m.vocab / asf(tp)
-    fwd = PhaseTimes(gemm=gemm_time(tokens, n_v, m.hidden, rate, gpu) + zero, attention=zero,
+    gemm_fwd, gemm_bwd = on_distinct_rows(
+        lambda t, nv, r: (gemm_time(t, nv, m.hidden, r, gpu),
+                          gemm_time(t, m.hidden, nv, r, gpu) + gemm_time(m.hidden, nv, t, r, gpu)),
+        tokens, n_v, rate)
+    fwd = PhaseTimes(gemm=gemm_fwd + zero, attention=zero,
                      elementwise=fwd_bytes / bw,
                      kernels=6.0 * gpu.kernel_overhead_s + zero, host=8.0 * fw.host_overhead_s + zero,
                      tp_comm=zero)
-    bwd = PhaseTimes(gemm=gemm_time(tokens, m.hidden, n_v, rate, gpu) + gemm_time(m.hidden, n_v, tokens, rate, gpu)
-                     + zero, attention=zero, elementwise=bwd_bytes / bw,
+    bwd = PhaseTimes(gemm=gemm_bwd + zero, attention=zero, elementwise=bwd_bytes / bw,
                      kernels=6.0 * gpu.kernel_overhead_s + zero, host=8.0 * fw.host_overhead_s + zero,
                      tp_comm=zero)
     return fwd, bwd

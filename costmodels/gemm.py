@@ -21,6 +21,8 @@ GPU family) is then the rate of a perfectly quantised, large-tile GEMM, the same
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 # (tm, tn) output tiles cuBLAS / CUTLASS choose among on Ampere and Hopper (CUTLASS default
@@ -42,38 +44,70 @@ def _largest_tile_factor(tile_intensity: float) -> float:
 
 def gemm_time_unique(m, n, k, rate, num_sms, tile_intensity, hbm_rate, elem_bytes):
     """Seconds for GEMMs of shapes (m, n, k) (1-D float arrays of equal length) at `rate` FLOP/s
-    for a large, perfectly quantised GEMM; `hbm_rate` achieved bytes/s; `elem_bytes` operand size."""
-    best = np.full(m.shape, np.inf)
+    for a large, perfectly quantised, large-tile GEMM; `hbm_rate` achieved bytes/s; `elem_bytes`
+    operand size. Every (tile, split-K) candidate is a row of one 2-D evaluation; the cheapest wins."""
+    tm, tn, s = _CANDIDATES
     per_sm = rate / num_sms / _largest_tile_factor(tile_intensity)   # large-tile rate -> SM peak share
-    for tm, tn in TILES:
-        tiles = np.ceil(m / tm) * np.ceil(n / tn)
-        sm_rate = per_sm * tile_rate_factor(tm, tn, tile_intensity)
-        for s in SPLIT_K:
-            ctas = tiles * s
-            waves = np.ceil(ctas / num_sms)
-            k_part = np.ceil(k / s)
-            t = waves * 2.0 * tm * tn * (k_part + K_FILL) / sm_rate
-            if s > 1:   # fp32 partial tiles written and read back, then summed
-                t = t + 2.0 * 4.0 * s * m * n / hbm_rate
-                t = np.where(k_part >= 256, t, np.inf)   # cuBLAS splits only long K
-            best = np.minimum(best, t)
+    reuse = tm * tn / (tm + tn)
+    sm_rate = per_sm * (reuse / (reuse + tile_intensity))            # tile_rate_factor, per candidate
+    ctas = np.ceil(m / tm) * np.ceil(n / tn) * s
+    k_part = np.ceil(k / s)
+    t = np.ceil(ctas / num_sms) * 2.0 * tm * tn * (k_part + K_FILL) / sm_rate
+    # Split-K writes fp32 partial tiles and reads them back to sum them; cuBLAS splits only long K.
+    t = t + np.where(s > 1, 2.0 * 4.0 * s * m * n / hbm_rate, 0.0)
+    t = np.where((s > 1) & (k_part < 256), np.inf, t)
     traffic = elem_bytes * (m * k + k * n + m * n) / hbm_rate
-    return np.maximum(best, traffic)
+    return np.maximum(t.min(axis=0), traffic)
+
+
+# (tm, tn, split-K) of every candidate as columns shaped (candidates, 1), to broadcast over shapes.
+_CANDIDATES = tuple(np.array(col, dtype=float)[:, None]
+                    for col in zip(*[(tm, tn, s) for tm, tn in TILES for s in SPLIT_K]))
+
+
+def _distinct_rows(*cols):
+    """(distinct rows as columns, index of each row's distinct row): each column factorised on its own
+    (a 1-D sort), the factor indexes combined into one integer key. Much faster than
+    np.unique(axis=0), which sorts whole rows as opaque bytes."""
+    key = np.zeros(cols[0].shape, dtype=np.int64)
+    for col in cols:
+        values, index = np.unique(col, return_inverse=True)
+        key = key * len(values) + index
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return [col[first] for col in cols], inverse
+
+
+def on_distinct_rows(fn, *cols):
+    """fn(*cols), evaluated once per distinct row of the broadcast columns and mapped back (the
+    shapes of a batch of layouts depend on a few columns with few values). fn returns a tuple."""
+    if not any(isinstance(c, np.ndarray) for c in cols):
+        return fn(*cols)
+    arrays = np.broadcast_arrays(*(np.asarray(c, dtype=float) for c in cols))
+    shape = arrays[0].shape
+    distinct, inverse = _distinct_rows(*(a.ravel() for a in arrays))
+    return tuple(np.broadcast_to(np.asarray(out, dtype=float), distinct[0].shape)[inverse].reshape(shape)
+                 for out in fn(*distinct))
+
+
+@functools.lru_cache(maxsize=4096)
+def _gemm_time_scalar(m, n, k, rate, num_sms, tile_intensity, hbm_rate, elem_bytes):
+    one = np.array([m])
+    return float(gemm_time_unique(one, np.array([n]), np.array([k]), rate, num_sms, tile_intensity,
+                                  hbm_rate, elem_bytes)[0])
 
 
 def gemm_time(m, n, k, rate, gpu, elem_bytes=2.0):
     """GEMM time for array-or-scalar shapes; evaluated once per distinct shape (a batch of layouts
-    has few), then mapped back."""
-    scalar = not any(isinstance(x, np.ndarray) for x in (m, n, k, rate))
+    has few), then mapped back. Scalar shapes (one estimate) are cached: the function is pure."""
+    hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+    consts = (float(gpu.num_sms), float(gpu.gemm_tile_intensity), float(hbm), float(elem_bytes))
+    if not any(isinstance(x, np.ndarray) for x in (m, n, k, rate)):
+        return _gemm_time_scalar(float(m), float(n), float(k), float(rate), *consts)
     mm, nn, kk, rr = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k, rate)))
     shape = mm.shape
-    keys = np.stack([mm.ravel(), nn.ravel(), kk.ravel(), rr.ravel()], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
-    t = gemm_time_unique(uniq[:, 0], uniq[:, 1], uniq[:, 2], uniq[:, 3], float(gpu.num_sms),
-                         float(gpu.gemm_tile_intensity), hbm, elem_bytes)
-    out = t[inverse.ravel()].reshape(shape)
-    return float(out) if scalar else out
+    (um, un, uk, ur), inverse = _distinct_rows(mm.ravel(), nn.ravel(), kk.ravel(), rr.ravel())
+    t = gemm_time_unique(um, un, uk, ur, *consts)
+    return t[inverse.ravel()].reshape(shape)
 
 
 def gemm_efficiency_of_shape(m, n, k, gpu, peak):
