@@ -21,7 +21,7 @@ import planner  # noqa: E402
 from costmodels import catalog  # noqa: E402
 from costmodels.errors import PlannerError  # noqa: E402
 from costmodels.estimate import estimate  # noqa: E402
-from planner.search import exhaustive_reference  # noqa: E402
+from benchmarks.exhaustive import exhaustive_reference  # noqa: E402
 from planner.specs import case_from_dict  # noqa: E402
 from planner.text import layout_line  # noqa: E402
 from planner.validation import load_records  # noqa: E402

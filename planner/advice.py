@@ -97,7 +97,8 @@ class _Replanner:
         return self.cache[key]
 
     def _run(self, global_batch, num_gpus):
-        from .search import SearchSettings, search
+        from .search import search
+        from .settings import SearchSettings
 
         r = self.result
         if r.method != "lattice":
@@ -122,7 +123,7 @@ class _Replanner:
         from costmodels import catalog
         from costmodels.estimate import estimate
 
-        from .search import Plan
+        from .result import Plan
 
         r = self.result
         layout = r.best.layout
@@ -153,7 +154,7 @@ def _bigger_batch(result) -> int | None:
 
 
 def advise(result, replan=None) -> list[PlanWarning]:
-    """Warnings for the best plan of `result` (a PlanResult), each with its fix and predicted effect."""
+    """Warnings for the best plan of `result` (a SearchResult: planner.search), each with its fix and predicted effect."""
     best = result.best
     e, l = best.estimate, best.layout
     n = result.request.num_gpus

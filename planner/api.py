@@ -13,7 +13,6 @@ from costmodels.types import Estimate
 from costmodels.units import HOUR
 
 from .advice import PlanWarning
-from .output import estimate_dict   # one home for result serialisation: output.py
 from .specs import Case, case_from_dict, load_case
 
 
@@ -81,11 +80,10 @@ class EstimateResult:
                 f"{c.framework.name}: {self.estimate!r}; {len(self.warnings)} warnings)")
 
     def to_dict(self) -> dict:
-        out = estimate_dict(self.estimate, self.case.framework.name, self.case.cluster.price_per_gpu_hour,
-                            self.total_tokens, self.defaults, self.hidden_comm, self.offload_needs)
-        out["warnings"] = [w.to_dict() for w in self.warnings]
-        out.update(self.bands)
-        return out
+        """The JSON object of `planner estimate --json` (planner.serialise)."""
+        from .serialise import estimate_result_dict
+
+        return estimate_result_dict(self)
 
 
 def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=None,
@@ -233,7 +231,9 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
 
     from .advice import PlanWarning, advise
     from .rank import parse_objectives
-    from .search import SearchSettings, search
+    from .result import PlanResult
+    from .search import search
+    from .settings import SearchSettings
     from .specs import default_seq_len, load_cluster, load_model
 
     model_warns: list = []
@@ -295,9 +295,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     settings = SearchSettings(objectives=objectives, top_k=int(top_k), method=method,
                               storage=storage, study_name=study_name, seed=int(seed), trials=int(trials),
                               progress=progress)
-    from dataclasses import replace as _replace
-
-    result = _replace(search(m, c, profile, request, settings), notes=notes, currency=currency)
+    found = search(m, c, profile, request, settings)
     warnings = [PlanWarning(*w) for w in model_warns]
     if "cost" in objectives and not c.price_per_gpu_hour:
         warnings.append(PlanWarning("cost", "--objective cost without a price: the cluster has no "
@@ -305,5 +303,5 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
                                     "give --price-per-gpu-hour (e.g. '2.5 USD') or price_per_gpu_hour in the "
                                     "cluster YAML to see the cost"))
     if advice and objectives[0] != "memory":     # a plan chosen for memory headroom is slow by request
-        warnings += advise(result)
-    return _replace(result, warnings=warnings)
+        warnings += advise(found)
+    return PlanResult.from_search(found, notes=notes, warnings=warnings, currency=currency)

@@ -4,51 +4,12 @@ Every error the user can cause is a PlannerError; it becomes one line on stderr 
 """
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from costmodels.errors import PlannerError
-
-
-class CLIError(click.ClickException):
-    exit_code = 2
-
-    def show(self, file=None):
-        click.echo(f"error: {self.format_message()}", err=True)
-
-
-class Interrupted(CLIError):
-    """Ctrl-C / SIGINT: the conventional exit status 128 + 2."""
-    exit_code = 130
-
-
-def _run(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except PlannerError as exc:
-        raise CLIError(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__) from None
-    except KeyboardInterrupt:
-        raise Interrupted("interrupted; nothing was written") from None
-
-
-def _dump(obj, sort_keys: bool = True) -> str:
-    return json.dumps(obj, indent=2, sort_keys=sort_keys, default=_json_default)
-
-
-def _json_default(o):
-    import numpy as np
-
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if hasattr(o, "value"):
-        return o.value
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+from .cli_common import CLIError, run_command
+from .serialise import to_json
 
 
 class OneLineErrors(click.Group):
@@ -91,9 +52,9 @@ def estimate(case, as_json, tokens, calibration):
             result = api.estimate(case, total_tokens=tokens, calibration=calibration)
         return result
 
-    result = _run(work)
+    result = run_command(work)
     if as_json:
-        click.echo(_dump(result.to_dict()))
+        click.echo(to_json(result.to_dict()))
         return
     c = result.case
     title = (f"{c.model.name} on {c.layout.world} x {c.cluster.gpu.name} "
@@ -139,7 +100,7 @@ def catalog(kind, as_json):
                 entries[name] = {"source": cat.load_framework(name).source.split(";")[0].strip()}
         out[k] = entries
     if as_json:
-        click.echo(_dump(out))
+        click.echo(to_json(out))
         return
     for k, entries in out.items():
         click.echo(f"{k}:")
@@ -157,10 +118,10 @@ def validate(data, as_json, no_vtrain):
     """Compare predicted step time and memory with published measured runs."""
     from .validation import evaluate, load_records, summarize
 
-    results = _run(lambda: evaluate(load_records(data, include_vtrain=not no_vtrain)))
+    results = run_command(lambda: evaluate(load_records(data, include_vtrain=not no_vtrain)))
     summary = summarize(results)
     if as_json:
-        click.echo(_dump(summary))
+        click.echo(to_json(summary))
         return
     from .validation import format_table
     click.echo(format_table(results, summary))
@@ -177,9 +138,9 @@ def calibrate(inputs, plan_path, out, as_json):
     logs (probe/<rank>.log with their plan.json) or measured-run YAML files."""
     from .calibrate import calibrate as _calibrate, calibration_text
 
-    cal = _run(lambda: _calibrate(list(inputs), plan=plan_path, out=out))
+    cal = run_command(lambda: _calibrate(list(inputs), plan=plan_path, out=out))
     if as_json:
-        click.echo(_dump(cal.to_dict()))
+        click.echo(to_json(cal.to_dict()))
         return
     click.echo(calibration_text(cal))
     if out:

@@ -157,8 +157,9 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
          progress, **knobs):
     """Choose the fastest (or cheapest) layout that fits, and optionally emit the job."""
     from . import api
-    from .cli import _dump, _run
-    from .output import plan_to_dict, plan_text
+    from .cli_common import run_command
+    from .output import plan_text
+    from .serialise import plan_to_dict, to_json
 
     # A bar on a terminal (or with --progress); progress lines every few seconds on a pipe; --quiet: none.
     tty = sys.stderr.isatty()
@@ -166,8 +167,8 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
     lines = show and not tty and progress is None
 
     def work():
-        from .output import check_out_dir, default_storage
-        from .search import USER_CACHE
+        from .outdir import check_out_dir, default_storage
+        from .settings import USER_CACHE
         from costmodels.errors import SpecError
         inputs = _input_files(model, cluster)
         if probe < 0:
@@ -191,9 +192,9 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             written = write_plan(result, out, force=force, launcher=launcher, inputs=inputs, probe=probe)
         return result, written
 
-    result, written = _run(work)
+    result, written = run_command(work)
     if as_json:
-        click.echo(_dump(plan_to_dict(result), sort_keys=False))   # reading order, see plan_to_dict
+        click.echo(to_json(plan_to_dict(result), sort_keys=False))   # reading order, see plan_to_dict
     else:
         click.echo(plan_text(result))
         if written:
@@ -211,13 +212,14 @@ for _name, _help in KNOB_OPTIONS:
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object (reading order).")
 def explain(plan_json, out, force, as_json):
     """Re-render the report of a plan.json."""
-    from .cli import _dump, _run
+    from .cli_common import run_command
     from .emit.plan_file import load_plan_json
     from .report import render_report
+    from .serialise import to_json
 
     def work():
         if out is not None:
-            from .output import check_out_dir
+            from .outdir import check_out_dir
             check_out_dir(out, force, [plan_json])
         from costmodels.errors import SpecError
         from .emit.plan_file import check_plan
@@ -236,11 +238,11 @@ def explain(plan_json, out, force, as_json):
             what = f"missing field {exc}" if isinstance(exc, KeyError) else exc.__class__.__name__
             raise SpecError(f"plan file '{plan_json}' is damaged: {what}") from None
 
-    text = _run(work)
+    text = run_command(work)
     if as_json:
         order = ("inputs", "defaults_used", "layout", "estimate", "cost", "warnings", "why", "runner_ups", "pareto")
         data = {k: text[k] for k in order if k in text}
         data.update({k: v for k, v in text.items() if k not in data})
-        click.echo(_dump(data, sort_keys=False))
+        click.echo(to_json(data, sort_keys=False))
         return
     click.echo(text if not out else f"wrote {text}")

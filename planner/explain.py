@@ -11,6 +11,7 @@ from costmodels.estimate import TIME_FIELDS, estimate_batch
 from costmodels.units import fmt_bytes
 from search_spaces.space import ENUMS, KNOBS
 
+from .lattice import columns_to_batch
 from .text import TIME_LABELS
 
 EXPLAIN_KNOBS = ("tp", "pp", "cp", "vpp", "mbs", "zero", "recompute", "sequence_parallel", "precision",
@@ -49,15 +50,14 @@ def neighbours(values: dict, space) -> list[tuple[str, int, dict]]:
     return out
 
 
-def why_best(result, space, ctx, cost_fw) -> list[str]:
-    from .search import columns_to_batch
-
-    best = result.best
+def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
+    """One line per neighbour of the best plan (`best`, a Plan): what changing that knob costs, or
+    which rule forbids it, or that it does not fit."""
     values = {k: int(v) for k, v in _values(best.layout).items()}
     cand = neighbours(values, space)
     if not cand:
         return []
-    rules = result.profile.all_rules
+    rules = profile.all_rules
     cols = {k: np.array([c[2][k] for c in cand], dtype=np.int64) for k in KNOBS}
     broken = {}
     ok = np.ones(len(cand), dtype=bool)
@@ -66,18 +66,18 @@ def why_best(result, space, ctx, cost_fw) -> list[str]:
         for i in np.flatnonzero(~holds & ok):
             broken[i] = rule
         ok &= holds
-    batch = estimate_batch(result.model, result.cluster, cost_fw, columns_to_batch(cols))
+    batch = estimate_batch(ctx.model, ctx.cluster, cost_fw, columns_to_batch(cols))
     base_per_token = best.estimate.step_time_s / best.estimate.tokens_per_step
     lines = []
     for i, (knob, new, changed) in enumerate(cand):
         head = f"{knob.replace('_', ' ')} {_label(knob, values[knob])} -> {_label(knob, new)}"
         if i in broken:
             r = broken[i]
-            lines.append(f"{head}: not allowed ({r.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus, name=result.profile.name)})")
+            lines.append(f"{head}: not allowed ({r.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus, name=profile.name)})")
             continue
         if not batch.fits[i]:
             lines.append(f"{head}: does not fit ({fmt_bytes(batch.peak_memory_bytes[i])} per GPU, "
-                         f"{fmt_bytes(result.cluster.gpu.hbm_bytes)} available)")
+                         f"{fmt_bytes(ctx.cluster.gpu.hbm_bytes)} available)")
             continue
         per_token = batch.step_time_s[i] / batch.tokens_per_step[i]
         delta = per_token / base_per_token - 1.0

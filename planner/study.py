@@ -14,6 +14,8 @@
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 import warnings
@@ -27,6 +29,25 @@ OBJECTIVES_ATTR = "planner_objectives"
 HEARTBEAT_S = 60
 # A RUNNING trial whose worker has not been heard of for this long is failed (PLANNER_STALE_TRIAL_S overrides).
 STALE_AFTER_S = 120           # a trial lives from ask to tell: one batch, well under a second of work
+
+
+def study_fingerprint(space, profile, settings) -> str:
+    """What a study's trial values depend on: model, cluster (every field), GPUs, knob domains, rules,
+    token budget and objectives (not the seed: workers of one study sample with their own seeds)."""
+    key = json.dumps({
+        "model": repr(space.model), "cluster": repr(space.cluster), "n": space.request.num_gpus,
+        "domains": {k: list(v.domain) for k, v in space.knobs.items()}, "profile": profile.name,
+        "objectives": settings.objectives, "tokens": space.request.total_tokens,
+        **({"cost_overrides": list(profile.cost_overrides)} if profile.cost_overrides else {}),
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def default_study_name(space, profile, settings) -> str:
+    """plan-MODEL-NxGPU-HASH: one study per problem (the fingerprint) and seed."""
+    key = study_fingerprint(space, profile, settings) + f"-seed{settings.seed}"
+    return f"plan-{space.model.name}-{space.request.num_gpus}x{space.cluster.gpu.name}-" + \
+        hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def public_storage(url: str | None) -> str:

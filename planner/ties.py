@@ -4,9 +4,10 @@ The band itself is made in costmodels/bands.py from catalog/error_bands.yaml. He
 
 * `bands_dict(...)`: the JSON fields every estimate carries: `step_time_band_s`, `peak_memory_band_bytes`,
   `oom_risk`, and how the band was made (`error_band`).
-* `annotate_plan(result)`: for a PlanResult, which runner-ups tie with the best within model error
-  (their bands of time per token overlap the best's; of memory headroom for the memory objective),
-  which layout the tie-break rule prefers, and what measurement would separate them.
+* `annotate(data)`: for plan data (planner.serialise adds the bands), which runner-ups tie with the
+  best within model error (their bands of time per token overlap the best's; of memory headroom for
+  the memory objective), which layout the tie-break rule prefers, and what measurement would
+  separate them.
 
 Tie-break rule (README "Error bands"), applied in order, among the best and the runner-ups that tie
 with it: 1. no OOM risk (upper memory band within the GPU's memory); 2. fewer thin constants
@@ -193,45 +194,6 @@ def advantage_notes(result, cost_fw) -> dict:
             if str(plan.rank) in notes:
                 break
     return notes
-
-
-def plan_hook(result, data: dict) -> dict:
-    """Add bands to every estimate of plan data built from `result`, mark ties; returns `data`."""
-    from costmodels import catalog
-
-    fw = catalog.load_framework(result.profile.cost_framework)
-    data["estimate"].update(bands_dict(result.model, result.cluster, fw, result.best.layout, result.best.estimate))
-    for entry, p in zip(data.get("runner_ups", []), result.runner_ups):
-        entry["estimate"].update(bands_dict(result.model, result.cluster, fw, p.layout, p.estimate))
-    data["ties"] = annotate(data, result.settings.objectives[0])
-    data["ties"]["advantage_from_thin_constants"] = advantage_notes(result, fw)
-    for bulk in ("search", "candidates_columns", "candidates"):     # bulk data stays last (reading order)
-        if bulk in data:
-            data[bulk] = data.pop(bulk)
-    return data
-
-
-def result_data(result) -> dict:
-    """The layout / estimate / runner-ups part of plan data, with bands and ties (for text output and
-    the Python API; plan_to_dict builds the full plan.json)."""
-    from .output import estimate_dict, layout_dict
-
-    price, tokens = result.cluster.price_per_gpu_hour, result.request.total_tokens
-    fw_name = result.profile.cost_framework
-    data = {"layout": layout_dict(result.best.layout),
-            "estimate": estimate_dict(result.best.estimate, fw_name, price, tokens),
-            "runner_ups": [{"rank": p.rank, "layout": layout_dict(p.layout),
-                            "estimate": estimate_dict(p.estimate, fw_name, price, tokens)}
-                           for p in result.runner_ups]}
-    return plan_hook(result, data)
-
-
-def plan_text_lines(result) -> list[str]:
-    """The 'model error' block of `planner plan`'s text output."""
-    data = result_data(result)
-    lines = ["", "model error (80% bands from leave-one-source-out residuals):"]
-    lines += summary_lines(data, data["ties"])
-    return lines
 
 
 def report_lines(data: dict) -> list[str]:

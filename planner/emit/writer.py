@@ -296,7 +296,7 @@ def render_probe(result, k: int, launcher: str = "deepspeed") -> tuple[dict, dic
 
 def render_files(result, launcher: str = "deepspeed", probe: int = 0) -> dict[str, bytes]:
     """Every output file of a plan, name -> bytes (deterministic)."""
-    from ..output import plan_to_dict
+    from ..serialise import plan_to_dict
     from ..report import render_report, render_figures
 
     files: dict[str, bytes] = {}
@@ -443,7 +443,7 @@ def _terminate_cleanly():
 
 def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict | None = None,
                 inputs=()) -> Path:
-    from ..output import check_out_dir
+    from ..outdir import check_out_dir
 
     check_out_dir(out, force, inputs)
     target = Path(out)

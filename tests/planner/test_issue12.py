@@ -297,7 +297,7 @@ def test_plan_json_and_explain_json_read_in_order(tmp_path):
 
 def test_runner_ups_are_the_best_of_other_families():
     from planner import plan as api_plan
-    from planner.search import family_codes, family_label
+    from planner.ranking import family_codes, family_label
 
     res = api_plan("llama2-7b", "H100-SXM", gpus=8, top_k=5, advice=False)
     fams = [p.family for p in res.plans]
@@ -321,7 +321,7 @@ def test_runner_ups_are_the_best_of_other_families():
 def test_ties_go_to_the_simpler_layout_then_the_lower_zero_stage():
     import numpy as np
 
-    from planner.search import KNOBS, _rank
+    from planner.ranking import KNOBS, rank_rows as _rank
 
     base = {k: np.zeros(4, dtype=np.int64) for k in KNOBS}
     for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs", "seq_len"):

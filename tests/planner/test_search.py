@@ -3,7 +3,7 @@ import pytest
 
 import planner
 from costmodels import catalog
-from planner.search import exhaustive_reference
+from benchmarks.exhaustive import exhaustive_reference
 from search_spaces.constraints import Ctx
 from search_spaces.frameworks import check_columns, layout_columns, load_profile
 from search_spaces.space import build_space

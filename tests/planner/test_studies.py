@@ -76,7 +76,7 @@ def test_nonsense_token_budgets_are_refused_before_searching(tmp_path, tokens):
 
 
 def test_trials_that_keep_failing_stop_the_search(monkeypatch):
-    import planner.search as search
+    import planner.optuna_search as search
 
     monkeypatch.setattr(search, "objective_values", lambda o, batch, *a: np.full(len(batch), np.nan))
     with pytest.raises(SpecError, match="estimated trials failed"):

@@ -1,0 +1,90 @@
+"""Why nothing came out of a search: the rules that conflict, or the memory nothing fits in (with the
+smallest GPU count that would fit and the knobs that would help)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from costmodels.errors import InfeasibleError, SpecError
+from costmodels.estimate import estimate_batch
+from costmodels.units import fmt_bytes
+from search_spaces import cpsat
+from search_spaces.frameworks import FrameworkProfile
+from search_spaces.space import SearchRequest, Space, build_space
+
+from .collector import Collector
+from .lattice import SCORE_CHUNK, columns_to_batch, cost_framework, score_lattice
+from .settings import SearchSettings
+
+
+def rules_conflict(space: Space, profile: FrameworkProfile, request: SearchRequest) -> InfeasibleError:
+    """No layout satisfies the rules: name the conflicting rules and the pinned knobs to free."""
+    rules = cpsat.conflicting_rules(space, profile.all_rules)
+    texts = [r.message.format(m=space.model, c=space.cluster, gpu=space.cluster.gpu, n=request.num_gpus,
+                              name=profile.name) for r in rules]
+    pinned = sorted({k for r in rules for k in r.knobs if k in request.choices})
+    hint = f"; free {', '.join('--' + k.replace('_', '-') for k in pinned)}" if pinned else ""
+    if not texts:
+        texts = ["no layout satisfies the rules"]
+    return InfeasibleError("no layout satisfies the rules: " + "; ".join(texts) + hint,
+                           reasons=tuple(r.name for r in rules))
+
+
+def nothing_fits(model, cluster, profile, request, space) -> InfeasibleError:
+    """Nothing fits in memory: say the smallest GPU count that would, and which knobs would help."""
+    min_gpus = smallest_gpu_count(model, cluster, profile, request)
+    n = request.num_gpus
+    freed = [k for k in ("zero", "offload_optimizer", "offload_params", "recompute", "precision", "mbs", "tp", "pp")
+             if k in request.choices]
+    hint = f"; or free {', '.join('--' + k.replace('_', '-') for k in freed)}" if freed else ""
+    lowest = lowest_memory(model, cluster, profile, space)
+    need = f" (the leanest layout needs {fmt_bytes(lowest)} per GPU, the {cluster.gpu.name} has " \
+           f"{fmt_bytes(cluster.gpu.hbm_bytes)})" if lowest else ""
+    if min_gpus:
+        msg = f"no layout fits in memory on {n} x {cluster.gpu.name}{need}; needs at least {min_gpus} GPUs{hint}"
+    else:
+        msg = f"no layout fits in memory on {n} x {cluster.gpu.name}{need}; try a GPU with more memory{hint}"
+    return InfeasibleError(msg, min_gpus=min_gpus)
+
+
+def smallest_gpu_count(model, cluster, profile, request) -> int | None:
+    """The fewest GPUs (doublings, or a few more nodes) on which some layout fits, or None."""
+    quick = SearchSettings(objectives=("memory",), top_k=1, method="lattice")
+    n = request.num_gpus
+    step = cluster.gpus_per_node if n >= cluster.gpus_per_node else n
+    candidates = sorted({n * 2**k for k in range(1, 13)} | {n + step * k for k in range(1, 8)})
+    for n2 in candidates:
+        if n2 > 10_000_000:
+            break
+        try:
+            req2 = replace(request, num_gpus=n2)
+            sp2 = build_space(model, replace(cluster, num_gpus=n2), req2)
+            core, cat, cross, _ = cpsat.sub_lattices(sp2, profile.all_rules)
+            if not len(core["tp"]) or not len(cat["zero"]):
+                continue
+            coll = Collector(quick, req2, cluster)
+            score_lattice(sp2, cost_framework(profile), coll, core, cat, cross)
+            if coll.fitting:
+                return n2
+        except SpecError:
+            continue
+    return None
+
+
+def lowest_memory(model, cluster, profile, space) -> float | None:
+    """The smallest peak memory per GPU of any layout satisfying the rules (None: no such layout)."""
+    core, cat, cross, _ = cpsat.sub_lattices(space, profile.all_rules)
+    if not len(core["tp"]) or not len(cat["zero"]):
+        return None
+    cost_fw = cost_framework(profile)
+    best = None
+    nk = len(cat["zero"])
+    per = max(1, SCORE_CHUNK // nk)
+    for start in range(0, len(core["tp"]), per):
+        cols = cpsat.expand(space, core, cat, cross, np.arange(start, min(start + per, len(core["tp"]))))
+        if len(cols["tp"]):
+            b = estimate_batch(model, cluster, cost_fw, columns_to_batch(cols))
+            low = float(np.min(b.peak_memory_bytes))
+            best = low if best is None else min(best, low)
+    return best

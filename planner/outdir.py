@@ -1,0 +1,68 @@
+"""Where results are written: the checks on an --out directory, and the default Optuna storage files
+(next to --out, or in the user's cache directory)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from costmodels.errors import SpecError
+
+
+def check_out_dir(out, force: bool, inputs=()) -> None:
+    """Refuse an existing output without --force, a location that cannot be written, and any output
+    whose replacement would destroy something else: the working directory or one of its parents,
+    the root, or a directory holding one of the inputs (`inputs`: paths read by this run)."""
+    if out is None or not str(out).strip():
+        raise SpecError("--out needs a directory name, got an empty string")
+    if "\0" in str(out):
+        raise SpecError("--out contains a NUL character")
+    p = Path(out)
+    if p.name in ("", ".", "..") or str(out).rstrip("/").endswith(("/.", "/..")):
+        raise SpecError(f"--out {out} names the current or a parent directory; give a new directory name")
+    if len(os.fsencode(p.name)) > 240:
+        raise SpecError(f"--out: the name {p.name[:40]}... is {len(os.fsencode(p.name))} bytes long; "
+                        "use at most 240 (file names are limited to 255 bytes)")
+    try:
+        resolved = p.resolve()
+        cwd = Path.cwd().resolve()
+    except (OSError, RuntimeError) as exc:
+        raise SpecError(f"--out {out}: cannot resolve the path ({exc.__class__.__name__})") from None
+    if resolved == cwd or resolved in cwd.parents or resolved == Path(resolved.anchor):
+        raise SpecError(f"--out {out} is the working directory or one of its parents; give a new directory name")
+    for ref in inputs:
+        try:
+            src = Path(ref).resolve()
+        except (OSError, RuntimeError, TypeError, ValueError):
+            continue
+        if src == resolved or resolved in src.parents:
+            raise SpecError(f"--out {out} holds the input '{ref}'; write the output somewhere else")
+    if p.is_symlink() and not p.exists():
+        raise SpecError(f"--out {out} is a dangling symbolic link")
+    if p.exists() and not p.is_dir():
+        raise SpecError(f"--out {out} exists and is not a directory")
+    if p.exists() and not force:
+        raise SpecError(f"--out {out} already exists; pass --force to replace it")
+    parent = resolved.parent
+    if not parent.exists():
+        raise SpecError(f"--out {out}: parent directory {parent} does not exist")
+    if not parent.is_dir():
+        raise SpecError(f"--out {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK) or str(parent).startswith(("/proc", "/sys")):
+        raise SpecError(f"--out {out}: cannot write in {parent}")
+
+
+def default_storage(out) -> str:
+    """SQLite file next to the output directory (not inside: the directory is replaced atomically)."""
+    p = Path(out).resolve()
+    return f"sqlite:///{p.parent / (p.name + '.optuna.db')}"
+
+
+def cache_storage() -> str:
+    """SQLite file in the user's cache directory, for searches without --out (so they resume too)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-train-planner"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"cannot create the study cache {base} ({exc.strerror or exc}); set XDG_CACHE_HOME to a "
+                        "writable directory, or give --storage or --out") from None
+    return f"sqlite:///{base / 'studies.db'}"
