@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from costmodels import bands as B  # noqa: E402
 from costmodels.estimate import estimate  # noqa: E402
-from planner.validation import cases, evaluate, load_heldout, load_records  # noqa: E402
+from heldout import load_heldout  # noqa: E402
+from planner.validation import cases, evaluate, load_records  # noqa: E402
 
 BAND_FILE = ROOT / "costmodels" / "catalog" / "error_bands.yaml"
 THIN_RUNS, THIN_SOURCES = 20, 3     # a fitted constant below either is "thin" (rule 2)

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from planner.validation import (TARGETS, evaluate, format_table, load_heldout, load_records,  # noqa: E402
-                                summarize)
+from heldout import load_heldout  # noqa: E402
+from planner.validation import TARGETS, evaluate, format_table, load_records, summarize  # noqa: E402
 
 LOSO_TARGETS = {"mean_of_sources": 0.07, "per_source": 0.12}
 

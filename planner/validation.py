@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import math
 import os
-import re
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
@@ -265,61 +264,8 @@ def record_from_deepspeed(rec: dict) -> Record | None:
     return out
 
 
-# Held-out runs (benchmarks/data/heldout_runs.yaml): never fitted, only predicted. Each is estimated
-# with the framework profile of its source; what it leaves out is filled as below (ASSUMED, stated).
-HELDOUT_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "heldout_runs.yaml"
+# vTrain's multi-node ground truth, kept in the repository (the `planner validate` of a checkout reads it).
 VTRAIN_MULTI_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "vtrain" / "ground_truth_multi.csv"
-HELDOUT_RULES = {
-    # MT-NLG (2021) on Megatron-DeepSpeed: fp16-era kernels, no FlashAttention, full checkpointing.
-    "megatron-deepspeed": dict(framework="megatron-deepspeed", precision="bf16", flash=False, dropout=0.1,
-                               recompute="full", vpp=1, zero=1, vocab=51200, mbs=1),
-    "megatron-lm": dict(framework="megatron-lm", precision="bf16", flash=False, dropout=0.1,
-                        recompute="full", vpp=1, zero=1, vocab=51200, mbs=1),
-    "megatron-core": dict(framework="megatron-core", precision="bf16", flash=True, dropout=0.0,
-                          recompute="none", vpp=1, zero=1, sp_if_tp=True, vocab=51200, mbs=1,
-                          grad_comm="bf16"),
-    "torchtitan": dict(framework="torchtitan", precision="bf16", flash=True, dropout=0.0, vpp=1, llama=True,
-                       memory="reserved", op_sac=True, zero=3, mbs=None),
-}
-# 'other' software, mapped to the closest profile by what it is (record notes).
-HELDOUT_OTHER = {"llama3": "megatron-core", "megascale": "megatron-core", "fms": "torchtitan"}
-HELDOUT_GPUS = (("NVIDIA Ampere", "A100-80GB"), ("A100-80GB", "A100-80GB"), ("A100", "A100-80GB"),
-                ("H100-SXM-96GB", "H100-96GB-500W"), ("H100", "H100-SXM"), ("H200", "H200"),
-                ("GB200", "GB200"), ("B200", "B200"))
-
-
-def record_from_heldout(rec: dict) -> Record | None:
-    """One heldout_runs.yaml record -> Record (source 'heldout:<prefix>')."""
-    fw_name = str(rec.get("framework", "other")).split(" ")[0]
-    prefix = rec["id"].split("-")[0]
-    if fw_name == "other":
-        fw_name = next((v for k, v in HELDOUT_OTHER.items() if prefix.startswith(k)), "megatron-core")
-    rules = dict(HELDOUT_RULES[fw_name])
-    notes = str(rec.get("notes", "")) + " " + str(rec.get("source", ""))
-    if fw_name == "torchtitan" and re.search(r"--training\.compile|compile Y\b|torch\.compile", notes):
-        rules["framework"] = "torchtitan-compile"     # the source's command / table says it ran compiled
-    gpu = next((name for key, name in HELDOUT_GPUS if str(rec["cluster"]["gpu"]).startswith(key)), None)
-    if gpu is None:
-        return None
-    p = dict(rec["parallel"])
-    if p.get("micro_batch") is None:
-        # torchtitan: local batch gb/dp, split into one micro-batch per pipeline stage by default
-        per_rank = max(1, int(p["global_batch"]) // int(p["dp"]))
-        p["micro_batch"] = rules["mbs"] or max(1, per_rank // int(p.get("pp") or 1))
-    if p.get("cp") is None:
-        p["cp"] = 1
-    layers, pp = int(rec["model"]["num_layers"]), int(p.get("pp") or 1)
-    if "first and last stages carry one layer fewer" in str(rec.get("notes", "")) and (layers + 2) % pp == 0:
-        # Llama 3 405B (Dubey et al. 2024, §3.3.2): 126 layers on 16 stages, 7 / 8 x 14 / 7.
-        p["first_stage_layers"] = p["last_stage_layers"] = (layers + 2) // pp - 1
-    copy = {**rec, "parallel": p, "cluster": {**rec["cluster"], "gpu": gpu}}
-    out = record_from_published(copy, rules=rules, source=f"heldout:{prefix}")
-    return out
-
-
-def load_heldout(path: str | os.PathLike | None = None) -> list[Record]:
-    data = yaml.safe_load(Path(path or HELDOUT_FILE).read_text())
-    return [r for r in (record_from_heldout(x) for x in data) if r]
 
 
 def load_records(directory: str | os.PathLike | None = None, include_vtrain: bool = True) -> list[Record]:

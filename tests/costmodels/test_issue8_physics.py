@@ -89,7 +89,8 @@ def test_fsdp_with_pipeline_keeps_the_stage_gathered():
     pipelining stage accumulates fp32 gradients unsharded until the last micro-batch. Llama 3.1 405B,
     tp 8 / pp 8 / FSDP 8 on 512 H100 (held-out, torchtitan 2024-12): 72.7-84.9 GiB reserved measured;
     predicted 39.7 GiB before this was modelled."""
-    from planner.validation import evaluate, load_heldout
+    from benchmarks.heldout import load_heldout
+    from planner.validation import evaluate
     runs = [r for r in load_heldout() if r.id.startswith(("torchtitan-202412-t5", "torchtitan-202412-t6"))]
     assert len(runs) == 4
     for res in evaluate(runs):
