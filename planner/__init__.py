@@ -6,16 +6,10 @@
     planner.write_job(result, "job-dir")                          # or result.write("job-dir")
     planner.estimate("examples/llama2-7b-h100.yaml").to_dict()
 """
-from importlib.metadata import PackageNotFoundError, version as _version
-
 from .advice import PlanWarning
 from .api import EstimateResult, estimate, plan
 from .calibrate import calibrate
-
-try:
-    __version__ = _version("llm-train-planner")
-except PackageNotFoundError:      # running from a source tree that was never installed
-    __version__ = "0+unknown"
+from .version import __version__
 
 
 def write_job(result, out, force: bool = False, launcher: str = "deepspeed"):

@@ -214,7 +214,7 @@ def parse_price(value) -> tuple[float, str]:
 def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, global_batch_tokens=None,
          seq_lens=None, choices=None, objective="time", top_k=5, framework="megatron-deepspeed",
          total_tokens=0.0, method="auto", storage=None, study_name=None, seed=0, trials=3000,
-         progress=None, price_per_gpu_hour=None, advice=True, calibration=None):
+         progress=None, price_per_gpu_hour=None, advice=True, calibration=None, notify=None):
     """Search the layouts of `model` on `cluster` and return a PlanResult (best first).
 
     `model` / `cluster`: preset name, file path or mapping (cluster: GPU name = nodes of 8 unless
@@ -223,6 +223,8 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     `default_batch_tokens(gpus)`. `price_per_gpu_hour`: a number or '2.5 USD' (overrides the
     cluster's). `advice`: add `warnings` saying what limits a poor plan and what would help.
     `calibration`: a calib.yaml path, a mapping of constants or a Calibration (planner.calibrate).
+    `progress(done, total, best)` follows the search; `notify(line)` gets one-line notices (a resumed
+    Optuna study).
     """
     from costmodels.errors import SpecError
     from costmodels.units import parse_number
@@ -294,7 +296,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     objectives = parse_objectives(objective)
     settings = SearchSettings(objectives=objectives, top_k=int(top_k), method=method,
                               storage=storage, study_name=study_name, seed=int(seed), trials=int(trials),
-                              progress=progress)
+                              progress=progress, notify=notify)
     found = search(m, c, profile, request, settings)
     warnings = [PlanWarning(*w) for w in model_warns]
     if "cost" in objectives and not c.price_per_gpu_hour:

@@ -83,6 +83,12 @@ def _input_files(*refs) -> list[str]:
     return out
 
 
+def _notice(line: str) -> None:
+    """A one-line notice of the search on stderr (a resumed study); --quiet silences it."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 class Progress:
     """Progress on stderr: done / total, best so far, time left. A bar redrawn in place on a terminal;
     elsewhere (a pipe, a log file) one line every LINE_EVERY_S seconds and at the end."""
@@ -185,7 +191,8 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
                           objective=objective, top_k=max(top_k, probe) if probe > 0 else top_k, framework=framework, total_tokens=tokens,
                           method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
-                          progress=reporter, price_per_gpu_hour=price, calibration=calibration)
+                          progress=reporter, price_per_gpu_hour=price, calibration=calibration,
+                          notify=None if quiet else _notice)
         written = None
         if out:
             from .emit.writer import write_plan

@@ -67,3 +67,20 @@ def score_lattice(space, cost_fw, collector, core, cat, cross, progress=None) ->
         if progress:
             progress(min(start + per_chunk, n_core), n_core, None)
     return lattice
+
+
+COUNT_LIMIT = 4_000_000        # combined layouts counted one by one; above this, estimated from a sample
+
+
+def count_lattice(space, core, cat, cross) -> tuple[int, bool]:
+    """How many layouts satisfy every rule, without estimating them: (count, exact). Counted when
+    the sub-lattices combine to at most COUNT_LIMIT layouts; above that, estimated from one chunk of
+    core rows drawn with a fixed seed (exact False)."""
+    nc, nk = len(core["tp"]), len(cat["zero"])
+    per_chunk = max(1, SCORE_CHUNK // max(nk, 1))
+    if nc * nk <= COUNT_LIMIT:
+        return sum(len(cpsat.expand(space, core, cat, cross, np.arange(s, min(s + per_chunk, nc)))["tp"])
+                   for s in range(0, nc, per_chunk)), True
+    rows = np.sort(np.random.default_rng(0).choice(nc, size=min(per_chunk, nc), replace=False))
+    sampled = len(cpsat.expand(space, core, cat, cross, rows)["tp"])
+    return int(round(sampled * nc / len(rows))), False

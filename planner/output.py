@@ -36,14 +36,14 @@ def warning_lines(warnings) -> list[str]:
 def plan_text(result) -> str:
     best = result.best
     e = best.estimate
+    # "satisfy the rules" counts the same layouts for both methods (an Optuna search counts them
+    # without estimating them, or estimates the count from a sample on very large lattices).
+    counts = f"{result.lattice:,} satisfy the rules, {result.considered:,} in the space; {result.method}"
     if result.method == "optuna":
-        # The study samples the layouts CP-SAT's sub-lattices combine to; it never counts how many of
-        # those satisfy every rule, so the header says what it knows.
         study = result.study or {}
-        counts = (f"{result.checked:,} combined from the rules' sub-lattices, {result.considered:,} in the "
-                  f"space; optuna, {study.get('completed', result.scored):,} trials")
-    else:
-        counts = f"{result.lattice:,} satisfy the rules, {result.considered:,} in the space; {result.method}"
+        if study.get("layouts_satisfying_rules_exact") is False:
+            counts = "about " + counts
+        counts += f", {study.get('completed', result.scored):,} trials"
     lines = [f"{result.model.name} on {result.cluster.num_gpus} x {result.cluster.gpu.name} "
              f"({result.profile.name}): best of {result.fitting:,} fitting layouts "
              f"({counts}, {result.seconds:.2f} s)", "",

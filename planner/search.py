@@ -23,7 +23,7 @@ from search_spaces.space import KNOBS, SearchRequest, build_space
 from .collector import Collector, EstimateColumns
 from .explain import why_best
 from .infeasible import nothing_fits, rules_conflict
-from .lattice import cost_framework, score_lattice, values_to_layout
+from .lattice import cost_framework, count_lattice, score_lattice, values_to_layout
 from .optuna_search import run_study, seed_layouts
 from .rank import pareto_front
 from .ranking import alternatives, family_codes, family_label, rank_rows
@@ -57,8 +57,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, re
             raise rules_conflict(space, profile, request)
     else:
         seeds = seed_layouts(space, cost_fw, core, cat, cross)
-        study_info = run_study(space, profile, cost_fw, settings, collector, seeds)
-        lattice = product
+        lattice, exact = count_lattice(space, core, cat, cross)     # what the lattice path counts
+        study_info = {**run_study(space, profile, cost_fw, settings, collector, seeds),
+                      "layouts_satisfying_rules_exact": exact and not truncated}
     merged = collector.merged()
     if merged is None:
         raise nothing_fits(model, cluster, profile, request, space)

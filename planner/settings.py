@@ -16,3 +16,4 @@ class SearchSettings:
     seed: int = 0
     trials: int = 3000
     progress: object = None              # callable(done, total, best_value) or None
+    notify: object = None                # callable(line): one-line notices ("resumed study ..."), or None

@@ -1,8 +1,10 @@
-"""Optuna studies that several workers share safely (split out of search.py).
+"""Optuna studies that several workers share safely, and what a study records about itself.
 
 * A study records what it was created for (a fingerprint of the inputs and the objectives) in its
   user attributes; a run with other inputs or another number of objectives is refused, instead of
-  failing every trial forever.
+  failing every trial forever. It also records, readably, the model, GPU, GPU count, framework,
+  objectives, planner version and how knobs are stored (`study_attrs`): a study made by an older
+  planner, which stored knobs as integer codes, is refused with a one-line error.
 * Only the worker that creates a study enqueues the seed layouts (creation is atomic in the
   storage), so they are enqueued once.
 * SQLite: every transaction is `BEGIN IMMEDIATE`, so two workers cannot pop the same waiting trial
@@ -26,6 +28,7 @@ from costmodels.errors import SpecError
 
 FINGERPRINT_ATTR = "planner_fingerprint"
 OBJECTIVES_ATTR = "planner_objectives"
+ENCODING_ATTR = "planner_params"       # search_spaces.optuna_space.PARAMS_ENCODING
 HEARTBEAT_S = 60
 # A RUNNING trial whose worker has not been heard of for this long is failed (PLANNER_STALE_TRIAL_S overrides).
 STALE_AFTER_S = 120           # a trial lives from ask to tell: one batch, well under a second of work
@@ -48,6 +51,18 @@ def default_study_name(space, profile, settings) -> str:
     key = study_fingerprint(space, profile, settings) + f"-seed{settings.seed}"
     return f"plan-{space.model.name}-{space.request.num_gpus}x{space.cluster.gpu.name}-" + \
         hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def study_attrs(space, profile, settings) -> dict:
+    """What a new study records besides its fingerprint, for people (optuna-dashboard) and checks."""
+    from search_spaces.optuna_space import PARAMS_ENCODING
+
+    from .version import __version__
+
+    return {"model": space.model.name, "gpu": space.cluster.gpu.name, "num_gpus": space.request.num_gpus,
+            "gpus_per_node": space.cluster.gpus_per_node, "framework": profile.name,
+            OBJECTIVES_ATTR: list(settings.objectives), "planner_version": __version__,
+            ENCODING_ATTR: PARAMS_ENCODING}
 
 
 def public_storage(url: str | None) -> str:
@@ -137,9 +152,9 @@ def make_storage(optuna, url: str | None):
 
 
 def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: tuple[str, ...],
-               fingerprint: str, seeds=()):
-    """Create the study (and enqueue `seeds`, once) or load it and check it was made for these inputs.
-    Returns (study, storage, created)."""
+               fingerprint: str, seeds=(), attrs=None):
+    """Create the study (recording `attrs`, see study_attrs, and enqueueing `seeds`, once) or load it
+    and check it was made for these inputs by this planner's encoding. Returns (study, storage, created)."""
     shown = public_storage(storage_url)
     try:
         storage = make_storage(optuna, storage_url)
@@ -168,8 +183,9 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
             last = exc
             time.sleep(0.2 * (attempt + 1))
             continue
-        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)
-        study.set_user_attr(OBJECTIVES_ATTR, list(objectives))
+        for key, value in {**(attrs or {}), OBJECTIVES_ATTR: list(objectives)}.items():
+            study.set_user_attr(key, value)
+        study.set_user_attr(FINGERPRINT_ATTR, fingerprint)        # last: others wait for it (_check_study)
         for params in seeds:
             study.enqueue_trial(params)
         return study, storage, True
@@ -187,6 +203,9 @@ def _check_study(study, name, objectives, fingerprint) -> None:
     if len(study.directions) != len(objectives) or (made_for is not None and list(made_for) != list(objectives)):
         was = ",".join(made_for) if made_for else f"{len(study.directions)} objective(s)"
         raise SpecError(f"study '{name}' was created for --objective {was}, not {','.join(objectives)}; "
+                        "give another --study-name (or --storage) to start a new study")
+    if FINGERPRINT_ATTR in attrs and ENCODING_ATTR not in attrs:
+        raise SpecError(f"study '{name}' was made by an older planner that stored knobs as integer codes; "
                         "give another --study-name (or --storage) to start a new study")
     if attrs.get(FINGERPRINT_ATTR) != fingerprint:
         why = "other inputs (model, cluster, GPUs, batch or pinned knobs)" if FINGERPRINT_ATTR in attrs \

@@ -446,7 +446,7 @@ def test_small_things():
     assert cat["frameworks"]["torchtitan-compile"]["source"].endswith("kernels")
 
 
-# ---- item 12 (part): progress on a pipe; the Optuna header says what it counted -----------------
+# ---- item 12: Optuna: progress on a pipe, one rule count, resumed and readable studies ----------
 
 def test_progress_lines_on_a_pipe(monkeypatch, capsys):
     from planner import cli_plan
@@ -464,10 +464,104 @@ def test_progress_lines_on_a_pipe(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_optuna_header_does_not_claim_rule_counts(tmp_path):
-    r = _plan("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
-              "--method", "optuna", "--trials", "40", "--top", "1", "--quiet",
-              "--storage", f"sqlite:///{tmp_path / 'study.db'}")
+SMALL = ("--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64", "--top", "1")
+
+
+def test_optuna_and_lattice_count_the_same_layouts_satisfying_the_rules(tmp_path):
+    lattice = _plan_json(*SMALL, "--method", "lattice")["search"]
+    r = _plan(*SMALL, "--method", "optuna", "--trials", "40", "--quiet", "--storage", f"sqlite:///{tmp_path / 's.db'}")
     head = r.stdout.splitlines()[0]
-    assert "satisfy the rules" not in head and "combined from the rules' sub-lattices" in head
-    assert "optuna, 40 trials" in head
+    optuna = _plan_json(*SMALL, "--method", "optuna", "--trials", "40", "--quiet",
+                        "--storage", f"sqlite:///{tmp_path / 's.db'}")["search"]
+    n = lattice["layouts_satisfying_rules"]
+    assert 0 < n < lattice["layouts_checked"]            # the cross rules remove some combinations
+    assert optuna["layouts_satisfying_rules"] == n and optuna["study"]["layouts_satisfying_rules_exact"]
+    assert f"({n:,} satisfy the rules, " in head and "optuna, 40 trials" in head
+
+
+def test_the_rule_count_of_a_huge_lattice_is_estimated_from_a_sample(monkeypatch):
+    from planner import lattice as L
+    from planner.specs import load_cluster, load_model
+    from search_spaces import cpsat
+    from search_spaces.frameworks import load_profile
+    from search_spaces.space import SearchRequest, build_space
+
+    req = SearchRequest(num_gpus=8, global_batch=64, global_batch_tokens=None, seq_lens=(2048,))
+    space = build_space(load_model("gpt-1.7b"), load_cluster("H100-SXM", num_gpus=8), req)
+    core, cat, cross, _ = cpsat.sub_lattices(space, load_profile("megatron-deepspeed").all_rules)
+    exact, is_exact = L.count_lattice(space, core, cat, cross)
+    assert is_exact
+    monkeypatch.setattr(L, "COUNT_LIMIT", 0)
+    monkeypatch.setattr(L, "SCORE_CHUNK", len(cat["zero"]) * (len(core["tp"]) // 3))   # a third of the rows
+    estimate, is_exact = L.count_lattice(space, core, cat, cross)
+    assert not is_exact and estimate != exact and abs(estimate / exact - 1) < 0.5
+
+
+def test_a_resumed_study_says_so(tmp_path):
+    store = ("--method", "optuna", "--trials", "30", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+             "--study-name", "lead")
+    first = _plan(*SMALL, *store)
+    assert "resumed" not in first.stderr
+    second = _plan(*SMALL, *store[:3], "40", *store[4:], "--json")
+    assert "resumed study 'lead': 30 trials done" in second.stderr.splitlines()
+    study = json.loads(second.stdout)["search"]["study"]
+    assert study["resumed"] is True and study["resumed_from"] == 30
+    assert json.loads(_plan(*SMALL, *store, "--json", "--quiet").stdout)["search"]["study"]["resumed"]
+    assert "resumed" not in _plan(*SMALL, *store, "--quiet").stderr
+
+
+def test_a_stored_study_reads_well(tmp_path):
+    import optuna
+
+    from planner import __version__
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _plan(*SMALL, "--method", "optuna", "--trials", "30", "--quiet", "--storage", url, "--study-name", "lead",
+          "--objective", "time")
+    study = optuna.load_study(study_name="lead", storage=url)
+    attrs = study.user_attrs
+    assert {k: attrs[k] for k in ("model", "gpu", "num_gpus", "framework", "planner_objectives",
+                                  "planner_version")} == {
+        "model": "gpt-1.7b", "gpu": "H100-SXM", "num_gpus": 8, "framework": "megatron-deepspeed",
+        "planner_objectives": ["time"], "planner_version": __version__}
+    params = [t.params for t in study.trials]
+    assert {p["precision"] for p in params if "precision" in p} <= {"fp16", "bf16", "fp8", "fp32"}
+    assert {p["recompute"] for p in params if "recompute" in p} <= {"none", "selective", "full"}
+    assert {p["offload_optimizer"] for p in params if "offload_optimizer" in p} <= {"none", "cpu", "nvme"}
+    assert {type(p["flash_attention"]) for p in params if "flash_attention" in p} <= {bool}
+    assert all(isinstance(p["tp"], int) for p in params if "tp" in p)
+
+
+def test_readable_params_convert_back_to_the_same_codes():
+    from search_spaces.optuna_space import SUGGESTED, from_param, params_to_values, to_param
+    from planner.specs import load_cluster, load_model
+    from search_spaces.space import SearchRequest, build_space
+
+    req = SearchRequest(num_gpus=8, global_batch=64, global_batch_tokens=None, seq_lens=(2048,))
+    space = build_space(load_model("gpt-1.7b"), load_cluster("H100-SXM", num_gpus=8), req)
+    for name in SUGGESTED:
+        for code in space.domain(name):
+            assert from_param(name, to_param(name, code)) == int(code), name
+    first = {k: space.domain(k)[-1] for k in SUGGESTED}
+    values = params_to_values({k: to_param(k, v) for k, v in first.items()}, space)
+    assert all(values[k] == int(first[k]) for k in SUGGESTED)
+
+
+def test_a_study_stored_by_an_older_planner_is_refused_in_one_line(tmp_path):
+    """Older planners stored knobs as integer codes; such a study gets a clear one-line error instead
+    of a crash (Optuna refuses to mix the two encodings in one parameter)."""
+    import optuna
+
+    new_url, old_url = f"sqlite:///{tmp_path / 'new.db'}", f"sqlite:///{tmp_path / 'old.db'}"
+    args = (*SMALL, "--method", "optuna", "--trials", "20", "--quiet", "--study-name", "lead")
+    _plan(*args, "--storage", new_url)
+    made = optuna.load_study(study_name="lead", storage=new_url)
+    old = optuna.create_study(study_name="lead", storage=old_url, directions=["minimize"])
+    old.set_user_attr("planner_objectives", ["time"])
+    old.set_user_attr("planner_fingerprint", made.user_attrs["planner_fingerprint"])   # same inputs
+    old.enqueue_trial({"zero": 1, "recompute": 0})                                       # integer codes
+    r = CliRunner().invoke(main, ["plan", *args, "--storage", old_url])
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: study 'lead' was made by an older planner that stored knobs as integer codes; give another "
+        "--study-name (or --storage) to start a new study"]
