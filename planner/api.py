@@ -232,7 +232,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     from search_spaces.space import SearchRequest
 
     from .advice import PlanWarning, advise
-    from .rank import parse_objectives
+    from .objectives import parse_objectives
     from .result import PlanResult
     from .search import search
     from .settings import SearchSettings

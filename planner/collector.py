@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rank import objective_values, pareto_front
+from .objectives import objective_values, pareto_front
 from .ranking import family_codes, rank_rows
 
 KEEP = 512                     # best layouts kept per chunk for ranking and runner-ups
 
 
 class EstimateColumns:
-    """Attribute access over a dict of estimate columns (what rank.objective_values expects)."""
+    """Attribute access over a dict of estimate columns (what objectives.objective_values expects)."""
 
     def __init__(self, d):
         self.__dict__.update(d)

@@ -18,7 +18,7 @@ from search_spaces.constraints import Ctx
 from search_spaces.space import KNOBS
 
 from .lattice import SCORE_CHUNK, columns_to_batch
-from .rank import objective_values
+from .objectives import objective_values
 from .settings import USER_CACHE, SearchSettings
 
 FAIL_LIMIT = 32       # failed trials (non-finite objective) before a search where most fail gives up

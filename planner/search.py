@@ -25,7 +25,7 @@ from .explain import why_best
 from .infeasible import nothing_fits, rules_conflict
 from .lattice import cost_framework, count_lattice, score_lattice, values_to_layout
 from .optuna_search import run_study, seed_layouts
-from .rank import pareto_front
+from .objectives import pareto_front
 from .ranking import alternatives, family_codes, family_label, rank_rows
 from .result import Plan, SearchResult
 from .settings import SearchSettings

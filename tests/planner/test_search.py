@@ -82,3 +82,18 @@ def test_nothing_fits_names_the_minimum_gpus():
         planner.plan("llama3.1-70b", "A100-40GB", gpus=8, global_batch=64)
     assert exc.value.min_gpus and exc.value.min_gpus > 8
     assert "needs at least" in str(exc.value)
+
+
+def test_a_plan_result_is_built_once_and_never_changed():
+    """planner.plan builds the PlanResult in one go from the search's (frozen) SearchResult."""
+    import dataclasses
+
+    from planner.result import PlanResult, SearchResult
+
+    r = planner.plan("llama2-7b", "H100-SXM", gpus=8, global_batch=256, top_k=3, **SMALL)
+    assert isinstance(r, PlanResult) and isinstance(r, SearchResult)
+    for field, value in (("why", ()), ("warnings", ()), ("notes", ()), ("plans", ())):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(r, field, value)
+    assert isinstance(r.plans, tuple) and isinstance(r.why, tuple) and isinstance(r.warnings, tuple)
+    assert r.to_dict()["why"] == list(r.why) and r.best is r.plans[0]

@@ -1,4 +1,4 @@
-"""Objectives, deterministic ranking and Pareto fronts over a BatchEstimate."""
+"""Objectives (time, time-to-train, cost, memory) as arrays over a BatchEstimate, and Pareto fronts."""
 from __future__ import annotations
 
 import numpy as np
