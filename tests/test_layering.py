@@ -1,4 +1,5 @@
-"""Dependencies point one way: planner -> search_spaces -> costmodels; nothing imports upward."""
+"""Dependencies point one way: planner -> search_spaces -> costmodels; nothing imports upward, and no
+package has an import circle inside it."""
 import ast
 from pathlib import Path
 
