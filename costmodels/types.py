@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
-from typing import Mapping
+from typing import Mapping, get_type_hints
 
 import numpy as np
 
@@ -367,10 +367,11 @@ class Layout:
 
 
 LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
-_ENUM_FIELDS = {"offload_optimizer": Offload, "offload_params": Offload, "recompute": Recompute,
-                "precision": Precision, "sparsity": Sparsity, "grad_comm": GradComm}
-_BOOL_FIELDS = {"sequence_parallel", "flash_attention"}
-_FLOAT_FIELDS = {"density"}
+# How each field is stored in a LayoutBatch column, read off Layout's annotations (no second table).
+_FIELD_TYPES = get_type_hints(Layout)
+_ENUM_FIELDS = {n: t for n, t in _FIELD_TYPES.items() if isinstance(t, type) and issubclass(t, _Coded)}
+_BOOL_FIELDS = {n for n, t in _FIELD_TYPES.items() if t is bool}
+_FLOAT_FIELDS = {n for n, t in _FIELD_TYPES.items() if t is float}
 
 
 @dataclass(frozen=True)

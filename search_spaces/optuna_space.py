@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .constraints import Ctx
+from .layouts import data_parallel
 from .space import CORE_KNOBS, KNOBS, Space
 
 SUGGESTED = tuple(k for k in KNOBS if k != "dp")
@@ -21,9 +22,7 @@ def suggest_layout(trial, space: Space) -> dict:
     for name in SUGGESTED:
         domain = space.domain(name)
         values[name] = int(domain[0]) if len(domain) == 1 else int(trial.suggest_categorical(name, list(domain)))
-    n = space.request.num_gpus
-    mp = values["tp"] * values["pp"] * values["cp"]
-    values["dp"] = n // mp if n % mp == 0 else 0
+    values["dp"] = data_parallel(space.request.num_gpus, values["tp"], values["pp"], values["cp"])
     return values
 
 
@@ -33,9 +32,7 @@ def params_to_values(params: dict, space: Space) -> dict:
     for name in SUGGESTED:
         domain = space.domain(name)
         values[name] = int(params.get(name, domain[0]))
-    n = space.request.num_gpus
-    mp = values["tp"] * values["pp"] * values["cp"]
-    values["dp"] = n // mp if n % mp == 0 else 0
+    values["dp"] = data_parallel(space.request.num_gpus, values["tp"], values["pp"], values["cp"])
     return values
 
 
