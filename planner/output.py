@@ -9,6 +9,7 @@ from costmodels.errors import SpecError
 from costmodels.params import total_params
 from costmodels.types import Estimate
 from costmodels.units import HOUR, fmt_bytes, fmt_seconds
+from search_spaces.knobs import OUTPUT_KEYS
 
 from .text import comm_summary, layout_line
 
@@ -40,12 +41,9 @@ def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_token
     return out
 
 
-LAYOUT_KEYS = {"mbs": "micro_batch", "gbs": "global_batch", "zero": "zero_stage"}
-
-
 def layout_dict(layout) -> dict:
-    d = layout.as_dict()
-    return {LAYOUT_KEYS.get(k, k): v for k, v in d.items()}
+    """A Layout as plan.json writes it: case-file keys (the knob table's), enums by name."""
+    return {OUTPUT_KEYS[k]: v for k, v in layout.as_dict().items()}
 
 
 def plan_entry(p, result) -> dict:

@@ -21,12 +21,14 @@ import numpy as np
 from costmodels import catalog
 from costmodels.errors import InfeasibleError, SpecError
 from costmodels.estimate import estimate, estimate_batch
-from costmodels.types import ClusterSpec, Estimate, Layout, LayoutBatch, ModelSpec, Sparsity
+from costmodels.types import ClusterSpec, Estimate, Layout, ModelSpec
 from costmodels.units import GiB, fmt_bytes
 from search_spaces import cpsat
 from search_spaces.constraints import Ctx
 from search_spaces.frameworks import FrameworkProfile
-from search_spaces.space import ENUMS, KNOBS, SearchRequest, Space, build_space
+from search_spaces.knobs import STRUCTURAL
+from search_spaces.layouts import columns_to_batch, data_parallel, values_to_layout
+from search_spaces.space import KNOBS, SearchRequest, Space, build_space
 
 from .rank import objective_values, pareto_front
 
@@ -133,30 +135,6 @@ class PlanResult:
 
 # ---- helpers -----------------------------------------------------------------------------------
 
-def columns_to_batch(cols: dict) -> LayoutBatch:
-    out = {k: np.asarray(v, dtype=np.int64) for k, v in cols.items() if k in KNOBS}
-    out["sequence_parallel"] = out["sequence_parallel"].astype(bool)
-    out["flash_attention"] = out["flash_attention"].astype(bool)
-    out["density"] = np.where(out["sparsity"] == Sparsity.TWO_FOUR.code, 0.5, 1.0)
-    n = len(out["tp"])
-    for name in ("first_stage_layers", "last_stage_layers"):      # the search splits stages evenly
-        out[name] = np.zeros(n, dtype=np.int64)
-    return LayoutBatch(out)
-
-
-def values_to_layout(values: dict) -> Layout:
-    kwargs = {}
-    for k in KNOBS:
-        v = int(values[k])
-        if k in ENUMS:
-            v = ENUMS[k].from_code(v)
-        elif k in ("sequence_parallel", "flash_attention"):
-            v = bool(v)
-        kwargs[k] = v
-    kwargs["density"] = 0.5 if kwargs["sparsity"] is Sparsity.TWO_FOUR else 1.0
-    return Layout(**kwargs)
-
-
 def _tie_columns(cols: dict) -> list[np.ndarray]:
     return [cols[k] for k in reversed(KNOBS)]
 
@@ -210,8 +188,7 @@ def family_label(code: int) -> str:
     return f"tp {(code - 1000) // 100_000} / pp {(code - 1000) % 100_000}"
 
 
-_SKELETON = ("tp", "pp", "cp", "vpp", "mbs", "zero", "offload_optimizer", "offload_params", "recompute",
-             "recompute_layers", "sequence_parallel", "precision", "seq_len")
+_SKELETON = STRUCTURAL       # the knob table's structural knobs
 
 
 def _alternatives(idx, cols, top_k) -> list[int]:
@@ -510,10 +487,9 @@ def exhaustive_reference(space: Space, profile: FrameworkProfile, objective: str
     best, best_value = None, np.inf
     for combo in itertools.product(*(space.domain(k) for k in names)):
         values = dict(zip(names, combo))
-        mp = values["tp"] * values["pp"] * values["cp"]
-        if space.request.num_gpus % mp:
+        values["dp"] = data_parallel(space.request.num_gpus, values["tp"], values["pp"], values["cp"])
+        if not values["dp"]:
             continue
-        values["dp"] = space.request.num_gpus // mp
         cols = {k: np.array([values[k]]) for k in KNOBS}
         if not all(bool(np.asarray(r.holds(ctx, cols)).reshape(-1)[0]) for r in profile.all_rules):
             continue
