@@ -10,6 +10,7 @@ import numpy as np
 from costmodels.estimate import estimate
 from search_spaces.constraints import Ctx
 from search_spaces.frameworks import FrameworkProfile
+from search_spaces.layouts import data_parallel
 from search_spaces.space import KNOBS, Space
 
 from planner.lattice import cost_framework, values_to_layout
@@ -24,10 +25,9 @@ def exhaustive_reference(space: Space, profile: FrameworkProfile, objective: str
     best, best_value = None, np.inf
     for combo in itertools.product(*(space.domain(k) for k in names)):
         values = dict(zip(names, combo))
-        mp = values["tp"] * values["pp"] * values["cp"]
-        if space.request.num_gpus % mp:
+        values["dp"] = data_parallel(space.request.num_gpus, values["tp"], values["pp"], values["cp"])
+        if not values["dp"]:
             continue
-        values["dp"] = space.request.num_gpus // mp
         cols = {k: np.array([values[k]]) for k in KNOBS}
         if not all(bool(np.asarray(r.holds(ctx, cols)).reshape(-1)[0]) for r in profile.all_rules):
             continue

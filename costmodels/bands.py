@@ -32,7 +32,7 @@ from importlib import resources
 
 import yaml
 
-from .types import ClusterSpec, Estimate, Framework, Layout, ModelSpec
+from .types import ZERO3, ClusterSpec, Estimate, Framework, Layout, ModelSpec
 
 LEVEL = 0.8               # the band is an 80% interval (10th to 90th percentile)
 MIN_RUNS = 8              # a component band from fewer runs (or one source) is widened (rule 1)
@@ -58,7 +58,7 @@ def components(framework: str, layout: Layout, cluster: ClusterSpec) -> list[str
     """The components of a layout whose residuals make its band ('all' first)."""
     out = ["all", f"framework:{framework}", f"gpu:{gpu_family(cluster.gpu.name)}"]
     world = layout.world
-    if layout.zero == 3:
+    if layout.zero == ZERO3:
         out.append("zero3")
         out.append(f"zero3:{framework}")
     if getattr(layout.offload_optimizer, "value", "none") != "none" or \

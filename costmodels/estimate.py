@@ -19,6 +19,7 @@ from .flops import model_flop_per_token, recompute_flop_per_token
 from .types import (LAYOUT_FIELDS, ClusterSpec, Estimate, Framework, Layout, LayoutBatch, MemoryBreakdown,
                     ModelSpec, TimeBreakdown)
 from .types import BF16, FP16, FP32, FP8, OFF_NONE, OFF_NVME, RC_FULL, RC_SELECTIVE  # named enum codes
+from .types import ZERO0, ZERO1, ZERO2, ZERO3  # named ZeRO stage codes
 
 MEMORY_FIELDS = tuple(f.name for f in fields(MemoryBreakdown))
 TIME_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
@@ -189,10 +190,10 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     # Gathers of layer i+1 are prefetched under layer i's compute; each pass's first layer waits for
     # its own gather (one layer's share of the micro-batch's traffic stays exposed).
     z3_first = z3 / maximum(asf(layers), 1.0)
-    z3_exposed = where(zero >= 3, maximum(z3 - fw.zero3_overlap * mb_compute, 0.0) + z3_first, 0.0)
+    z3_exposed = where(zero >= ZERO3, maximum(z3 - fw.zero3_overlap * mb_compute, 0.0) + z3_first, 0.0)
     # FSDP2 under a pipeline schedule (torchtitan): weights gathered once per step and kept, gradients
     # reduce-scattered once, at the last micro-batch (fw.fsdp_pp_unsharded; see its catalog note).
-    keep_unsharded = (zero >= 3) & (pp > 1) & bool(fw.fsdp_pp_unsharded)
+    keep_unsharded = (zero >= ZERO3) & (pp > 1) & bool(fw.fsdp_pp_unsharded)
     z3_once = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, 1.0, shard, tp, c)
     z3_once = z3_once / fw.zero3_gather_efficiency
     z3_step = where(keep_unsharded, maximum(z3_once - fw.zero3_overlap * mb_compute, 0.0)
@@ -200,17 +201,17 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     z3_exposed = where(keep_unsharded, 0.0, z3_exposed)
     k_dp = members_per_domain(shard, tp, c.nvlink_domain)
     z2_rs = reduce_scatter_time(stage_p * gbytes, shard, k_dp, c)
-    dp_overlap = where(pp > 1, fw.dp_overlap_pipelined, where(zero == 0, fw.dp_overlap_zero0, fw.dp_overlap))
+    dp_overlap = where(pp > 1, fw.dp_overlap_pipelined, where(zero == ZERO0, fw.dp_overlap_zero0, fw.dp_overlap))
     # BF16_Optimizer all-reduces after backward returns, with no hooks (bf16_optimizer.py:321-346).
     bf16_opt = memory.bf16_optimizer_in_use(prec, zero, fw)
     dp_overlap = where(bf16_opt, 0.0, dp_overlap)
-    z2_exposed = where(zero == 2, maximum(z2_rs - dp_overlap * layers * lb_gpu, 0.0), 0.0)
+    z2_exposed = where(zero == ZERO2, maximum(z2_rs - dp_overlap * layers * lb_gpu, 0.0), 0.0)
     # Parameters streamed from host memory (ZeRO-Infinity offload_param) once per use.
     nvme_per_gpu = max(c.nvme_bytes_per_s, 1.0) / c.gpus_per_node
     fetch_rate = where(lb.offload_params == OFF_NVME, min(c.pcie_bytes_per_s, nvme_per_gpu), c.pcie_bytes_per_s)
     param_fetch = stage_p * 2.0 * gathers / fetch_rate
     hidden = fw.offload_overlap * param_fetch
-    offload_p = where((zero >= 3) & (lb.offload_params != OFF_NONE),
+    offload_p = where((zero >= ZERO3) & (lb.offload_params != OFF_NONE),
                          param_fetch - hidden + maximum(hidden - mb_compute, 0.0), 0.0)
 
     per_mb_shared = {"pp_comm": p2p, "zero_comm": z3_exposed, "dp_comm": z2_exposed, "offload": offload_p}
@@ -232,12 +233,12 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     grad_sync, weight_sync = steptime.dp_gradient_sync_time(stage_p * gbytes, stage_p * wbytes, zero,
                                                              shard, tp, c,
                                                              bf16_opt)
-    grad_sync = where(zero >= 2, 0.0, grad_sync)            # ZeRO-2/3 reduced per micro-batch
-    weight_sync = where(zero >= 3, 0.0, weight_sync)        # ZeRO-3 gathers per micro-batch
+    grad_sync = where(zero >= ZERO2, 0.0, grad_sync)            # ZeRO-2/3 reduced per micro-batch
+    weight_sync = where(zero >= ZERO3, 0.0, weight_sync)        # ZeRO-3 gathers per micro-batch
     window = dp_overlap * layers * lb_gpu                      # last micro-batch's backward
     dp_exposed = (maximum(grad_sync - window, 0.0)
                   + weight_sync * (1.0 - fw.param_gather_overlap))
-    local = stage_p / where(zero >= 1, shard, 1.0)
+    local = stage_p / where(zero >= ZERO1, shard, 1.0)
     opt_off = lb.offload_optimizer
     opt_gpu = where(opt_off != OFF_NONE, 0.0, steptime.optimizer_step_time(local, c, prec))
     opt_host = steptime.offloaded_optimizer_time(local, opt_off, c)
@@ -280,7 +281,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     wl, gl, ol = states(last_p)
     wm, gm, om = states(mid_p)
     working = memory.zero3_working_params(layer_p / tp, stage_p, fw) * memory.activation_bytes_per_element(prec)
-    working = where(zero >= 3, working, 0.0)
+    working = where(zero >= ZERO3, working, 0.0)
     # FSDP + PP kept unsharded: the stage's 16-bit weights, and fp32 gradients accumulated over the
     # micro-batches before the last one's reduce-scatter.
     work_first, work_last, work_mid = (

@@ -10,7 +10,7 @@ import numpy as np
 
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
-from .types import FP8, FP32, GC_FP32, OFF_NONE, RC_FULL, RC_SELECTIVE, Framework, ModelSpec, Precision
+from .types import FP8, FP32, GC_FP32, OFF_NONE, RC_FULL, RC_SELECTIVE, ZERO0, ZERO1, ZERO2, ZERO3, Framework, ModelSpec, Precision
 
 
 
@@ -28,7 +28,7 @@ def bf16_optimizer_in_use(precision, zero, fw: Framework):
     runs at ZeRO stage 0 with bf16 (DeepSpeed 0.16.2 engine.py:1276-1277). At stage 1 the planner
     emits no grad_accum_dtype, so DeepSpeed's ZeRO optimizer runs instead (engine.py:1245-1248)."""
     shards = np.array([name in fw.zero0_shards_optimizer for name in _PRECISIONS])
-    return (asv(zero) == 0) & lookup(shards, precision)
+    return (asv(zero) == ZERO0) & lookup(shards, precision)
 
 
 def state_bytes_per_param(precision, fw: Framework, zero=1):
@@ -38,7 +38,7 @@ def state_bytes_per_param(precision, fw: Framework, zero=1):
     with_zero = np.array([fw.state_bytes[name] for name in _PRECISIONS])   # rows by precision code
     no_zero = np.array([fw.state_bytes_zero0[name] for name in _PRECISIONS])
     p = asv(precision)
-    z0 = (asv(zero) == 0) | bf16_optimizer_in_use(precision, zero, fw)
+    z0 = (asv(zero) == ZERO0) | bf16_optimizer_in_use(precision, zero, fw)
     return tuple(where(z0, lookup(no_zero[:, k], p), lookup(with_zero[:, k], p)) for k in range(3))
 
 
@@ -54,12 +54,12 @@ def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload
     shard = asf(shard)
     w_b, g_b, o_b = state_bytes_per_param(precision, fw, zero)
     # DeepSpeed's BF16_Optimizer shards the optimizer over data parallelism even at ZeRO stage 0.
-    opt_sharded = (zero >= 1) | bf16_optimizer_in_use(precision, zero, fw)
+    opt_sharded = (zero >= ZERO1) | bf16_optimizer_in_use(precision, zero, fw)
     if fw.grad_buffer_follows_comm:
         g_b = where(asv(grad_comm) != GC_FP32, minimum(g_b, 2.0), g_b)
-    weights = params * where(zero >= 3, w_b / shard, w_b)
-    weights = where((zero >= 3) & (asv(offload_params) != OFF_NONE), 0.0, weights)
-    grads = params * where(zero >= 2, g_b / shard, g_b)
+    weights = params * where(zero >= ZERO3, w_b / shard, w_b)
+    weights = where((zero >= ZERO3) & (asv(offload_params) != OFF_NONE), 0.0, weights)
+    grads = params * where(zero >= ZERO2, g_b / shard, g_b)
     optimizer = params * where(opt_sharded, o_b / shard, o_b)
     optimizer = where(asv(offload_optimizer) != OFF_NONE, 0.0, optimizer)
     return weights, grads, optimizer

@@ -13,7 +13,7 @@ import numpy as np
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
 from .comm import all_gather_time, all_to_all_time, members_per_domain, reduce_scatter_time, all_reduce_time
-from .types import FP32, OFF_NONE, OFF_NVME  # named enum codes
+from .types import FP32, OFF_NONE, OFF_NVME, ZERO0  # named enum codes
 
 
 def pipeline_time(tau_first, tau_mid, tau_last, pp, vpp, num_microbatches):
@@ -40,10 +40,10 @@ def dp_gradient_sync_time(grad_bytes, weight_bytes, zero, group, stride, cluster
     Returns (gradient part, weight all-gather part)."""
     k = members_per_domain(group, stride, cluster.nvlink_domain)
     zero = asv(zero)
-    full_reduce = (zero == 0) | bf16_optimizer
+    full_reduce = (zero == ZERO0) | bf16_optimizer
     grads = where(full_reduce, all_reduce_time(grad_bytes, group, k, cluster),
                   reduce_scatter_time(grad_bytes, group, k, cluster))
-    weights = where((zero == 0) & ~np.asarray(bf16_optimizer, dtype=bool), 0.0,
+    weights = where((zero == ZERO0) & ~np.asarray(bf16_optimizer, dtype=bool), 0.0,
                     all_gather_time(weight_bytes, group, k, cluster))
     return grads, weights
 

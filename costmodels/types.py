@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
-from typing import Mapping
+from typing import Mapping, get_type_hints
 
 import numpy as np
 
@@ -100,11 +100,25 @@ class GradComm(_Coded):
 
 GradComm._CODES = {"fp32": 0, "bf16": 1, "zeropp": 2, "1bit": 3}
 
+class ZeroStage(_Coded):
+    """ZeRO stage: what data parallelism shards. An integer in case files, the CLI and plan.json
+    (`Layout.zero`); its code is the stage number, so codes are ordered (ZERO2 and above shard the
+    gradients, ZERO3 the weights too)."""
+
+    NONE = "0"             # plain data parallelism: every rank holds everything
+    OPTIMIZER = "1"        # optimizer state sharded
+    GRADIENTS = "2"        # ... and gradients
+    WEIGHTS = "3"          # ... and weights (gathered per layer when used)
+
+
+ZeroStage._CODES = {"0": 0, "1": 1, "2": 2, "3": 3}
+
 # Named codes for the vectorised cost model (costmodels/ compares arrays of codes against these).
 FP32, FP16, BF16, FP8 = (Precision._CODES[v] for v in ("fp32", "fp16", "bf16", "fp8"))
 RC_NONE, RC_SELECTIVE, RC_FULL = (Recompute._CODES[v] for v in ("none", "selective", "full"))
 OFF_NONE, OFF_CPU, OFF_NVME = (Offload._CODES[v] for v in ("none", "cpu", "nvme"))
 GC_FP32, GC_16BIT, GC_ZEROPP, GC_1BIT = (GradComm._CODES[v] for v in ("fp32", "bf16", "zeropp", "1bit"))
+ZERO0, ZERO1, ZERO2, ZERO3 = (ZeroStage._CODES[v] for v in ("0", "1", "2", "3"))
 
 
 GradComm._ALIASES = {"fp16": "bf16", "half": "bf16", "zero++": "zeropp", "onebit": "1bit",
@@ -321,7 +335,7 @@ class Layout:
                 raise SpecError(f"layout: {name} must be a positive integer, got {value!r}")
             if value > 10**9:
                 raise SpecError(f"layout: {name} = {value} is beyond any real layout (max 10^9)")
-        if self.zero not in (0, 1, 2, 3):
+        if self.zero not in ZeroStage._CODES.values():
             raise SpecError(f"layout: zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.first_stage_layers < 0 or self.last_stage_layers < 0:
             raise SpecError("layout: first_stage_layers / last_stage_layers must be >= 0 (0 = even split)")
@@ -353,10 +367,11 @@ class Layout:
 
 
 LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
-_ENUM_FIELDS = {"offload_optimizer": Offload, "offload_params": Offload, "recompute": Recompute,
-                "precision": Precision, "sparsity": Sparsity, "grad_comm": GradComm}
-_BOOL_FIELDS = {"sequence_parallel", "flash_attention"}
-_FLOAT_FIELDS = {"density"}
+# How each field is stored in a LayoutBatch column, read off Layout's annotations (no second table).
+_FIELD_TYPES = get_type_hints(Layout)
+_ENUM_FIELDS = {n: t for n, t in _FIELD_TYPES.items() if isinstance(t, type) and issubclass(t, _Coded)}
+_BOOL_FIELDS = {n for n, t in _FIELD_TYPES.items() if t is bool}
+_FLOAT_FIELDS = {n for n, t in _FIELD_TYPES.items() if t is float}
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,7 @@ import time
 
 import click
 
-KNOB_OPTIONS = [
-    ("tp", "tensor-parallel degree(s)"), ("pp", "pipeline-parallel degree(s)"),
-    ("cp", "context/sequence-parallel degree(s)"), ("vpp", "virtual pipeline stages"),
-    ("mbs", "micro batch size(s)"), ("zero", "ZeRO stage(s) 0-3"),
-    ("offload_optimizer", "optimizer offload: none,cpu,nvme"), ("offload_params", "parameter offload: none,cpu,nvme"),
-    ("recompute", "none,selective,full"), ("recompute_layers", "layers per stage recomputed (0 = all)"),
-    ("sequence_parallel", "true,false"), ("flash_attention", "true,false"),
-    ("precision", "fp16,bf16,fp8 (fp32 too)"), ("sparsity", "dense,2:4"),
-    ("grad_comm", "fp32,bf16,zeropp,1bit"),
-]
+from search_spaces.knobs import CLI_KNOBS
 
 
 def _split(value):
@@ -208,8 +199,8 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             click.echo(f"\nwrote {written}")
 
 
-for _name, _help in KNOB_OPTIONS:
-    plan = click.option(f"--{_name.replace('_', '-')}", _name, default=None, help=f"Pin or restrict: {_help}.")(plan)
+for _knob in CLI_KNOBS:       # one pin-or-restrict option per knob of the table that has a flag
+    plan = click.option(_knob.cli_flag, _knob.name, default=None, help=f"Pin or restrict: {_knob.help}.")(plan)
 
 
 @click.command()

@@ -9,20 +9,15 @@ import numpy as np
 
 from costmodels.estimate import TIME_FIELDS, estimate_batch
 from costmodels.units import fmt_bytes
-from search_spaces.space import ENUMS, KNOBS
+from search_spaces.knobs import BY_NAME, EXPLAINED, KNOBS
+from search_spaces.layouts import columns_to_batch, data_parallel, layout_values
 
-from .lattice import columns_to_batch
 from .text import TIME_LABELS
-
-EXPLAIN_KNOBS = ("tp", "pp", "cp", "vpp", "mbs", "zero", "recompute", "sequence_parallel", "precision",
-                 "grad_comm", "offload_optimizer", "flash_attention")
-ORDERED = {"tp", "pp", "cp", "vpp", "mbs", "zero"}
 
 
 def _label(knob, value):
-    if knob in ENUMS:
-        return ENUMS[knob].from_code(value).value
-    if knob in ("sequence_parallel", "flash_attention"):
+    value = BY_NAME[knob].decode(value)
+    if isinstance(value, bool):
         return "on" if value else "off"
     return str(value)
 
@@ -30,22 +25,22 @@ def _label(knob, value):
 def neighbours(values: dict, space) -> list[tuple[str, int, dict]]:
     out = []
     n = space.request.num_gpus
-    for knob in EXPLAIN_KNOBS:
+    for k in EXPLAINED:
+        knob = k.name
         domain = list(space.domain(knob))
         if len(domain) < 2 or values[knob] not in domain:
             continue
         i = domain.index(values[knob])
-        if knob in ORDERED:
+        if k.ordered:
             options = [domain[j] for j in (i - 1, i + 1) if 0 <= j < len(domain)]
         else:
             options = [v for v in domain if v != values[knob]]
         for new in options:
             changed = dict(values)
             changed[knob] = new
-            mp = changed["tp"] * changed["pp"] * changed["cp"]
-            if n % mp:
+            changed["dp"] = data_parallel(n, changed["tp"], changed["pp"], changed["cp"])
+            if not changed["dp"]:
                 continue
-            changed["dp"] = n // mp
             out.append((knob, new, changed))
     return out
 
@@ -53,7 +48,7 @@ def neighbours(values: dict, space) -> list[tuple[str, int, dict]]:
 def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
     """One line per neighbour of the best plan (`best`, a Plan): what changing that knob costs, or
     which rule forbids it, or that it does not fit."""
-    values = {k: int(v) for k, v in _values(best.layout).items()}
+    values = layout_values(best.layout)
     cand = neighbours(values, space)
     if not cand:
         return []
@@ -70,7 +65,7 @@ def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
     base_per_token = best.estimate.step_time_s / best.estimate.tokens_per_step
     lines = []
     for i, (knob, new, changed) in enumerate(cand):
-        head = f"{knob.replace('_', ' ')} {_label(knob, values[knob])} -> {_label(knob, new)}"
+        head = f"{BY_NAME[knob].label} {_label(knob, values[knob])} -> {_label(knob, new)}"
         if i in broken:
             r = broken[i]
             lines.append(f"{head}: not allowed ({r.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus, name=profile.name)})")
@@ -90,9 +85,3 @@ def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
         lines.append(f"{head}: {delta * 100:+.1f}% time per token ({TIME_LABELS[key]} {sign}{abs(moves[key]):.3g} s/step; "
                      f"memory {'+' if mem >= 0 else '-'}{fmt_bytes(abs(mem))})")
     return lines
-
-
-def _values(layout) -> dict:
-    from search_spaces.frameworks import layout_columns
-
-    return {k: int(v[0]) for k, v in layout_columns(layout).items()}

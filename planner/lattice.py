@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 
 from costmodels import catalog
-from costmodels.types import Layout, LayoutBatch, Sparsity
 from search_spaces import cpsat
 from search_spaces.frameworks import FrameworkProfile
-from search_spaces.space import ENUMS, KNOBS
+from search_spaces.layouts import columns_to_batch, values_to_layout  # noqa: F401 - re-exported
+from search_spaces.space import KNOBS
 
 SCORE_CHUNK = 400_000          # layouts per estimate_batch call (bounds memory)
 
@@ -19,32 +19,6 @@ def cost_framework(profile: FrameworkProfile):
     """The cost model's constants of the profile's framework, with a calibration's overrides."""
     fw = catalog.load_framework(profile.cost_framework)
     return replace(fw, **dict(profile.cost_overrides)) if profile.cost_overrides else fw
-
-
-def columns_to_batch(cols: dict) -> LayoutBatch:
-    """Knob columns (integer codes, one row per layout) -> the LayoutBatch estimate_batch takes."""
-    out = {k: np.asarray(v, dtype=np.int64) for k, v in cols.items() if k in KNOBS}
-    out["sequence_parallel"] = out["sequence_parallel"].astype(bool)
-    out["flash_attention"] = out["flash_attention"].astype(bool)
-    out["density"] = np.where(out["sparsity"] == Sparsity.TWO_FOUR.code, 0.5, 1.0)
-    n = len(out["tp"])
-    for name in ("first_stage_layers", "last_stage_layers"):      # the search splits stages evenly
-        out[name] = np.zeros(n, dtype=np.int64)
-    return LayoutBatch(out)
-
-
-def values_to_layout(values: dict) -> Layout:
-    """One row of knob values (integer codes) -> a Layout."""
-    kwargs = {}
-    for k in KNOBS:
-        v = int(values[k])
-        if k in ENUMS:
-            v = ENUMS[k].from_code(v)
-        elif k in ("sequence_parallel", "flash_attention"):
-            v = bool(v)
-        kwargs[k] = v
-    kwargs["density"] = 0.5 if kwargs["sparsity"] is Sparsity.TWO_FOUR else 1.0
-    return Layout(**kwargs)
 
 
 def score_lattice(space, cost_fw, collector, core, cat, cross, progress=None) -> int:

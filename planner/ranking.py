@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from search_spaces.knobs import STRUCTURAL
 from search_spaces.space import KNOBS
 
 TIE = 1e-4    # objective values within 0.01% count as equal
@@ -61,8 +62,7 @@ def family_label(code: int) -> str:
     return f"tp {(code - 1000) // 100_000} / pp {(code - 1000) % 100_000}"
 
 
-SKELETON = ("tp", "pp", "cp", "vpp", "mbs", "zero", "offload_optimizer", "offload_params", "recompute",
-            "recompute_layers", "sequence_parallel", "precision", "seq_len")
+SKELETON = STRUCTURAL       # the knob table's structural knobs
 
 
 def alternatives(idx, cols, top_k) -> list[int]:

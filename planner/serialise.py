@@ -16,6 +16,7 @@ from costmodels import catalog
 from costmodels.params import total_params
 from costmodels.types import Estimate
 from costmodels.units import HOUR
+from search_spaces.knobs import OUTPUT_KEYS
 
 from .breakdown import hidden_communication, offload_needs
 from .ties import advantage_notes, annotate, bands_dict
@@ -23,7 +24,6 @@ from .ties import advantage_notes, annotate, bands_dict
 FLOP_FORMULA = ("model FLOPs = 3 x forward: 2 FLOP per matmul weight per token (layers + output layer) "
                 "plus 4 s h per layer per token for attention (Narayanan et al. 2021 eq. 3 without "
                 "recompute, generalised to GQA / SwiGLU); MFU divides by the dense peak of the precision")
-LAYOUT_KEYS = {"mbs": "micro_batch", "gbs": "global_batch", "zero": "zero_stage"}
 
 
 def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
@@ -60,9 +60,8 @@ def estimate_result_dict(result) -> dict:
 
 
 def layout_dict(layout) -> dict:
-    """A layout with plan.json's key names (micro_batch, global_batch, zero_stage)."""
-    d = layout.as_dict()
-    return {LAYOUT_KEYS.get(k, k): v for k, v in d.items()}
+    """A Layout as plan.json writes it: case-file keys (the knob table's), enums by name."""
+    return {OUTPUT_KEYS[k]: v for k, v in layout.as_dict().items()}
 
 
 def plan_dict(plan) -> dict:

@@ -16,21 +16,16 @@ from costmodels.errors import SpecError
 from costmodels.types import (ClusterSpec, Framework, GradComm, Layout, ModelSpec, Offload, Precision,
                               Recompute, Sparsity, TrainingSpec)
 from costmodels.units import parse_quantity
+from search_spaces.knobs import BY_CASE_KEY, CASE_DEFAULTS
+from search_spaces.knobs import CASE_KEYS as PARALLEL_KEYS
+from search_spaces.layouts import data_parallel, sparsity_density
 
 DEFAULT_FRAMEWORK = "megatron-deepspeed"
 
-# Layout defaults (documented in README "Case files"): what a case may leave out.
-LAYOUT_DEFAULTS = {
-    "cp": 1, "vpp": 1, "micro_batch": 1, "zero_stage": 1, "recompute": "none",
-    "sequence_parallel": False, "flash_attention": True, "offload_optimizer": "none",
-    "offload_params": "none", "sparsity": "dense", "grad_comm": "fp32",
-}
-
-_PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "zero_stage", "recompute",
-                  "recompute_layers", "first_stage_layers", "last_stage_layers", "sequence_parallel",
-                  "precision", "flash_attention", "seq_len",
-                  "seq_length", "offload_optimizer", "offload_params", "sparsity", "density", "grad_comm",
-                  "mbs", "gbs", "zero"}
+# The `parallel` keys a case may give, and the defaults of those it may leave out (documented in
+# README "Case files"), come from the knob table (search_spaces/knobs.py).
+# Fields whose defaults are noted after the others when a case leaves them out, in this order.
+_NOTED_LAST = ("recompute", "sequence_parallel", "offload_optimizer", "offload_params", "sparsity", "grad_comm")
 
 
 CASE_KEYS = {"model", "cluster", "parallel", "training", "framework", "name", "description"}
@@ -149,14 +144,15 @@ def _bool(section: dict, key: str, what: str, default):
 
 def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | None,
                      defaults: list[str] | None = None) -> Layout:
-    """The `parallel` section -> Layout; missing fields take LAYOUT_DEFAULTS (recorded in `defaults`)."""
+    """The `parallel` section -> Layout; missing fields take the knob table's defaults (recorded in
+    `defaults`)."""
     what = "parallel"
     if not isinstance(section, dict):
         raise SpecError("parallel: expected a mapping of layout fields (tp, pp, dp, ...)")
-    unknown = set(section) - _PARALLEL_KEYS
+    unknown = set(section) - PARALLEL_KEYS
     if unknown:
         raise SpecError(f"parallel: unknown field(s) {', '.join(sorted(unknown))}; "
-                        f"known: {', '.join(sorted(_PARALLEL_KEYS))}")
+                        f"known: {', '.join(sorted(PARALLEL_KEYS))}")
     used = defaults if defaults is not None else []
 
     def take(key, fallback):
@@ -165,44 +161,41 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
             return fallback
         return section[key]
 
-    def whole(key, fallback, *aliases):
-        for name in (key,) + aliases:
-            if section.get(name) is not None:
-                return _int(section, name, what)
-        return int(take(key, fallback))
+    def given(key):
+        """The key the case uses for this field (its own or an alias), or None."""
+        return next((name for name in BY_CASE_KEY[key].case_keys if section.get(name) is not None), None)
 
-    tp = whole("tp", 1)
-    pp = whole("pp", 1)
-    cp = whole("cp", LAYOUT_DEFAULTS["cp"])
+    def whole(key):
+        name = given(key)
+        return _int(section, name, what) if name else int(take(key, CASE_DEFAULTS[key]))
+
+    tp = whole("tp")
+    pp = whole("pp")
+    cp = whole("cp")
     dp = _int(section, "dp", what)
     if dp is None:
         if cluster is None:
             dp = 1
             used.append(f"{what}.dp = 1")
         else:
-            mp = tp * pp * cp
-            if cluster.num_gpus % mp:
-                raise SpecError(f"parallel: tp*pp*cp = {mp} does not divide the cluster's {cluster.num_gpus} "
-                                "GPUs; give dp or change the cluster size")
-            dp = cluster.num_gpus // mp
+            dp = data_parallel(cluster.num_gpus, tp, pp, cp)
+            if not dp:
+                raise SpecError(f"parallel: tp*pp*cp = {tp * pp * cp} does not divide the cluster's "
+                                f"{cluster.num_gpus} GPUs; give dp or change the cluster size")
             used.append(f"{what}.dp = {dp} (GPUs / (tp*pp*cp))")
-    vpp = whole("vpp", LAYOUT_DEFAULTS["vpp"])
-    mbs = whole("micro_batch", 1, "mbs")
-    gbs = _int(section, "global_batch", what)
-    if gbs is None:
-        gbs = _int(section, "gbs", what)
+    vpp = whole("vpp")
+    mbs = whole("micro_batch")
+    gbs = _int(section, given("global_batch"), what) if given("global_batch") else None
     if gbs is None:
         gbs = mbs * dp
         used.append(f"{what}.global_batch = {gbs} (micro_batch x dp)")
-    seq = _int(section, "seq_len", what)
-    if seq is None:
-        seq = _int(section, "seq_length", what)
+    seq = _int(section, given("seq_len"), what) if given("seq_len") else None
     if seq is None:
         seq, why = default_seq_len(model)
         used.append(f"{what}.seq_len = {seq} ({why})")
-    zero = section.get("zero_stage", section.get("zero"))
+    zero = section[given("zero_stage")] if given("zero_stage") else None
     if zero is None:
-        zero = LAYOUT_DEFAULTS["zero_stage"]
+        zero = CASE_DEFAULTS["zero_stage"]
         used.append(f"{what}.zero_stage = {zero}")
     precision = section.get("precision")
     if precision is None:
@@ -214,26 +207,25 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
     if flash is None:
         flash = flash_default
         used.append(f"{what}.flash_attention = {str(flash).lower()}")
-    for key in ("recompute", "sequence_parallel", "offload_optimizer", "offload_params", "sparsity",
-                "grad_comm"):
+    for key in _NOTED_LAST:
         if section.get(key) is None:
-            used.append(f"{what}.{key} = {str(LAYOUT_DEFAULTS[key]).lower()}")
-    sparsity = Sparsity.parse(section.get("sparsity") or LAYOUT_DEFAULTS["sparsity"])
-    density = section.get("density", 0.5 if sparsity is Sparsity.TWO_FOUR else 1.0)
+            used.append(f"{what}.{key} = {str(CASE_DEFAULTS[key]).lower()}")
+    sparsity = Sparsity.parse(section.get("sparsity") or CASE_DEFAULTS["sparsity"])
+    density = section.get("density", float(sparsity_density(sparsity.code)))
     try:
         return Layout(
             tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq, zero=int(zero),
-            offload_optimizer=Offload.parse(section.get("offload_optimizer") or "none"),
-            offload_params=Offload.parse(section.get("offload_params") or "none"),
-            recompute=Recompute.parse(section.get("recompute") or "none"),
-            recompute_layers=_int(section, "recompute_layers", what, 0),
-            first_stage_layers=_int(section, "first_stage_layers", what, 0),
-            last_stage_layers=_int(section, "last_stage_layers", what, 0),
-            sequence_parallel=_bool(section, "sequence_parallel", what, False),
+            offload_optimizer=Offload.parse(section.get("offload_optimizer") or CASE_DEFAULTS["offload_optimizer"]),
+            offload_params=Offload.parse(section.get("offload_params") or CASE_DEFAULTS["offload_params"]),
+            recompute=Recompute.parse(section.get("recompute") or CASE_DEFAULTS["recompute"]),
+            recompute_layers=_int(section, "recompute_layers", what, CASE_DEFAULTS["recompute_layers"]),
+            first_stage_layers=_int(section, "first_stage_layers", what, CASE_DEFAULTS["first_stage_layers"]),
+            last_stage_layers=_int(section, "last_stage_layers", what, CASE_DEFAULTS["last_stage_layers"]),
+            sequence_parallel=_bool(section, "sequence_parallel", what, CASE_DEFAULTS["sequence_parallel"]),
             flash_attention=bool(flash),
             precision=Precision.parse(precision),
             sparsity=sparsity, density=float(density),
-            grad_comm=GradComm.parse(section.get("grad_comm") or "fp32"),
+            grad_comm=GradComm.parse(section.get("grad_comm") or CASE_DEFAULTS["grad_comm"]),
         )
     except (TypeError, ValueError) as exc:
         raise SpecError(f"parallel: {exc}") from None

@@ -16,6 +16,8 @@ from costmodels.errors import UnknownPresetError
 from costmodels.types import Precision, GradComm, Offload, Sparsity
 
 from .constraints import FP8, SELECTIVE, STRUCTURAL, Rule, _implies
+from .knobs import BY_NAME
+from .layouts import layout_columns
 
 
 @dataclass(frozen=True)
@@ -179,19 +181,6 @@ def check_columns(rules, ctx, cols) -> np.ndarray:
     return ok
 
 
-def layout_columns(layout) -> dict:
-    """A Layout as one-row integer columns keyed by knob (the rules' input)."""
-    from .space import ENUMS, KNOBS
-
-    cols = {}
-    for name in KNOBS:
-        value = getattr(layout, name)
-        if name in ENUMS:
-            value = value.code
-        cols[name] = np.array([int(value)], dtype=np.int64)
-    return cols
-
-
 def violated(rules, ctx, layout) -> list[Rule]:
     cols = layout_columns(layout)
     return [r for r in rules if not bool(np.asarray(r.holds(ctx, cols)).reshape(-1)[0])]
@@ -199,7 +188,7 @@ def violated(rules, ctx, layout) -> list[Rule]:
 
 def _fix_hint(rule: Rule, ctx, layout, rules) -> str:
     """Values of the rule's first knob that would satisfy it, others unchanged."""
-    from .space import BOOLS, ENUMS, build_space, SearchRequest
+    from .space import build_space, SearchRequest
 
     knob = rule.knobs[0]
     try:
@@ -213,8 +202,8 @@ def _fix_hint(rule: Rule, ctx, layout, rules) -> str:
         trial = dict(layout_columns(layout))
         trial[knob] = np.array([value])
         if bool(np.asarray(rule.holds(ctx, trial)).reshape(-1)[0]):
-            good.append(ENUMS[knob].from_code(value).value if knob in ENUMS
-                        else str(bool(value)).lower() if knob in BOOLS else value)
+            shown = BY_NAME[knob].decode(value)
+            good.append(str(shown).lower() if isinstance(shown, bool) else shown)
     if not good:
         return ""
     shown = ", ".join(str(v) for v in good[:8]) + (" ..." if len(good) > 8 else "")

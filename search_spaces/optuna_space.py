@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .constraints import Ctx
+from .layouts import data_parallel
 from .space import BOOLS, CORE_KNOBS, ENUMS, KNOBS, Space
 
 SUGGESTED = tuple(k for k in KNOBS if k != "dp")
@@ -38,9 +39,7 @@ def from_param(name: str, value) -> int:
 
 
 def _with_dp(values: dict, space: Space) -> dict:
-    n = space.request.num_gpus
-    mp = values["tp"] * values["pp"] * values["cp"]
-    values["dp"] = n // mp if n % mp == 0 else 0
+    values["dp"] = data_parallel(space.request.num_gpus, values["tp"], values["pp"], values["cp"])
     return values
 
 

@@ -11,17 +11,11 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from costmodels.errors import SpecError
-from costmodels.types import (ClusterSpec, GradComm, ModelSpec, Offload, Precision, Recompute,
-                              Sparsity)
+from costmodels.types import ClusterSpec, GradComm, ModelSpec, Offload, Precision, Recompute, Sparsity, ZeroStage
 
-# Integer knobs whose rules CP-SAT enumerates together ("core"), and the categorical rest.
-CORE_KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs", "seq_len")
-CATEGORICAL_KNOBS = ("zero", "offload_optimizer", "offload_params", "recompute", "recompute_layers",
-                     "sequence_parallel", "flash_attention", "precision", "sparsity", "grad_comm")
-KNOBS = CORE_KNOBS + CATEGORICAL_KNOBS
-ENUMS = {"offload_optimizer": Offload, "offload_params": Offload, "recompute": Recompute,
-         "precision": Precision, "sparsity": Sparsity, "grad_comm": GradComm}
-BOOLS = ("sequence_parallel", "flash_attention")
+# The knob lists come from the knob table (knobs.py); CORE_KNOBS are the integer knobs whose rules
+# CP-SAT enumerates together, CATEGORICAL_KNOBS the rest.
+from .knobs import BOOLS, BY_NAME, CATEGORICAL_KNOBS, CORE_KNOBS, ENUMS, KNOBS, flag  # noqa: F401
 
 MAX_MICRO_BATCH = 64
 MAX_CONTEXT_PARALLEL = 64
@@ -35,11 +29,7 @@ class Knob:
 
     def labels(self) -> tuple:
         """Domain as people write it (enum names, true/false)."""
-        if self.name in ENUMS:
-            return tuple(ENUMS[self.name].from_code(v).value for v in self.domain)
-        if self.name in BOOLS:
-            return tuple(bool(v) for v in self.domain)
-        return self.domain
+        return tuple(BY_NAME[self.name].decode(v) for v in self.domain)
 
 
 @dataclass(frozen=True)
@@ -142,7 +132,7 @@ def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequ
         "mbs": _powers_of_two(MAX_MICRO_BATCH),
         "gbs": list(_batch_candidates(request, seq_lens)),
         "seq_len": list(seq_lens),
-        "zero": [0, 1, 2, 3],
+        "zero": [z.code for z in ZeroStage],
         "offload_optimizer": offloads,
         "offload_params": offloads,
         "recompute": [r.code for r in Recompute],
@@ -153,28 +143,6 @@ def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequ
         "sparsity": [Sparsity.DENSE.code],
         "grad_comm": [GradComm.FP32.code, GradComm.BF16.code, GradComm.ZEROPP.code, GradComm.ONEBIT.code],
     }
-
-
-_DOCS = {
-    "tp": "tensor-parallel degree (--tensor-model-parallel-size)",
-    "pp": "pipeline-parallel degree (--pipeline-model-parallel-size)",
-    "dp": "data-parallel degree (world / (tp * pp * cp))",
-    "cp": "context / sequence-parallel degree over the sequence (DeepSpeed Ulysses or ring attention)",
-    "vpp": "model chunks per pipeline rank (interleaved 1F1B)",
-    "mbs": "micro batch per GPU (--micro-batch-size)",
-    "gbs": "global batch in sequences (--global-batch-size)",
-    "seq_len": "sequence length in tokens (--seq-length)",
-    "zero": "ZeRO stage 0-3 (--zero-stage, zero_optimization.stage)",
-    "offload_optimizer": "optimizer state offload: none / cpu / nvme",
-    "offload_params": "parameter offload (ZeRO-3): none / cpu / nvme",
-    "recompute": "activation recomputation: none / selective / full",
-    "recompute_layers": "with full recompute, layers per stage recomputed (0 = all)",
-    "sequence_parallel": "Megatron sequence parallelism (--sequence-parallel)",
-    "flash_attention": "FlashAttention kernels (--use-flash-attn-v2)",
-    "precision": "training precision: fp16 / bf16 / fp8",
-    "sparsity": "weight sparsity: dense / 2:4",
-    "grad_comm": "gradient communication: fp32 / bf16 / ZeRO++ quantised / 1-bit",
-}
 
 
 MAX_KNOB_VALUE = 10**7      # no degree, batch or length above this; CP-SAT needs 64-bit integers
@@ -191,18 +159,18 @@ def parse_choice(name: str, values) -> tuple:
         elif name in BOOLS:
             if isinstance(v, str):
                 if v.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                    raise SpecError(f"--{name.replace('_', '-')} takes true or false, got {v!r}")
+                    raise SpecError(f"{flag(name)} takes true or false, got {v!r}")
                 v = v.lower() in ("true", "1", "yes", "on")
             out.append(int(bool(v)))
         else:
             try:
                 iv = int(v)
             except (TypeError, ValueError):
-                raise SpecError(f"--{name.replace('_', '-')} takes whole numbers, got {v!r}") from None
-            if iv < 0 or (iv == 0 and name not in ("zero", "recompute_layers")):
-                raise SpecError(f"--{name.replace('_', '-')} must be positive, got {iv}")
+                raise SpecError(f"{flag(name)} takes whole numbers, got {v!r}") from None
+            if iv < BY_NAME[name].minimum:
+                raise SpecError(f"{flag(name)} must be positive, got {iv}")
             if iv > MAX_KNOB_VALUE:
-                raise SpecError(f"--{name.replace('_', '-')} {iv} is beyond any real layout (max {MAX_KNOB_VALUE:,})")
+                raise SpecError(f"{flag(name)} {iv} is beyond any real layout (max {MAX_KNOB_VALUE:,})")
             out.append(iv)
     return tuple(sorted(set(out)))
 
@@ -224,6 +192,6 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, request: SearchRequest) 
         if name in request.choices:
             domain = list(parse_choice(name, request.choices[name]))
             if not domain:
-                raise SpecError(f"--{name.replace('_', '-')}: no value given")
-        knobs[name] = Knob(name, tuple(domain), _DOCS[name])
+                raise SpecError(f"{flag(name)}: no value given")
+        knobs[name] = Knob(name, tuple(domain), BY_NAME[name].doc)
     return Space(model=model, cluster=cluster, request=request, knobs=knobs)
