@@ -15,7 +15,6 @@ import shlex
 import shutil
 import signal
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -441,6 +440,16 @@ def _terminate_cleanly():
             signal.signal(s, h)
 
 
+def _write_file(path: Path, content: bytes, mode: int) -> None:
+    """One file of the temporary directory, flushed to disk before the directory is published."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(content)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(path, mode)
+
+
 def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict | None = None,
                 inputs=()) -> Path:
     from ..output import check_out_dir
@@ -450,21 +459,11 @@ def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict |
     parent = target.resolve().parent
     with _terminate_cleanly():
         tmp = None
-        # Test hook: slow the write down so tests can interrupt it half-way (tests/planner/test_persistence.py).
-        pause = float(os.environ.get("PLANNER_WRITE_PAUSE_S", "0") or 0)
         try:
             _clean_stale(parent, target)
             tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target), suffix=".tmp", dir=parent))
             for name, content in sorted(files.items()):
-                if pause:
-                    time.sleep(pause)
-                path = tmp / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "wb") as fh:
-                    fh.write(content)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chmod(path, (modes or {}).get(name, 0o644))
+                _write_file(tmp / name, content, (modes or {}).get(name, 0o644))
             os.chmod(tmp, 0o755)
             if force and target.exists():
                 if not _exchange(tmp, target.resolve()):
