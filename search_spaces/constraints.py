@@ -194,10 +194,9 @@ STRUCTURAL = (
              v["precision"], cp_model.Domain.from_values(ctx.supported_precisions)).only_enforce_if(e)),
     Rule("flash-supported", "FlashAttention needs an Ampere-or-newer GPU and 16-bit precision",
          ("flash_attention", "precision"),
-         lambda ctx, c: (c["flash_attention"] == 0) | ((ctx.cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0)
-                                                         & (c["precision"] != FP32)),
+         lambda ctx, c: (c["flash_attention"] == 0) | (ctx.cluster.gpu.supports_flash & (c["precision"] != FP32)),
          lambda ctx, v, e: _implies(v, e, [v.eq("flash_attention", 1)], v.m.add(
-             v["precision"] != FP32 if ctx.cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0 else v["precision"] < 0))),
+             v["precision"] != FP32 if ctx.cluster.gpu.supports_flash else v["precision"] < 0))),
     Rule("cp-divides-seq", "context parallelism needs a sequence length divisible by 2 x cp", ("cp", "seq_len"),
          lambda ctx, c: (c["cp"] == 1) | (c["seq_len"] % (2 * c["cp"]) == 0), _cp_seq),
     Rule("offload-optimizer-needs-zero", "optimizer offload needs ZeRO stage >= 1", ("offload_optimizer", "zero"),
