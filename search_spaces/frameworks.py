@@ -26,6 +26,7 @@ class FrameworkProfile:
     context_parallel: str        # "ulysses" (all-to-all over heads) or "ring"
     description: str
     cost_overrides: tuple = ()   # (field, value) pairs replaced on the cost framework (a calibration)
+    emitter: str = ""            # the target whose job files planner.emit writes ("" = plan.json and report only)
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:
@@ -152,7 +153,8 @@ MEGATRON_LM_RULES = (
 PROFILES = {
     "megatron-deepspeed": FrameworkProfile(
         "megatron-deepspeed", "megatron-deepspeed", MEGATRON_DEEPSPEED_RULES, "ulysses",
-        "microsoft/Megatron-DeepSpeed pretrain_gpt.py with DeepSpeed (launch.sh + ds_config.json)"),
+        "microsoft/Megatron-DeepSpeed pretrain_gpt.py with DeepSpeed (launch.sh + ds_config.json)",
+        emitter="megatron-deepspeed"),
     "megatron-lm": FrameworkProfile(
         "megatron-lm", "megatron-core", MEGATRON_LM_RULES, "ring",
         "NVIDIA Megatron-LM / Megatron-Core (interleaving, ring context parallel, distributed optimizer)"),
