@@ -602,8 +602,8 @@ def _plan(rank, values, model, cluster, cost_fw, profile, space, objective, chec
 
 def _rules_conflict(space: Space, profile: FrameworkProfile, request: SearchRequest) -> InfeasibleError:
     rules = cpsat.conflicting_rules(space, profile.all_rules)
-    texts = [r.message.format(m=space.model, c=space.cluster, gpu=space.cluster.gpu, n=request.num_gpus,
-                              name=profile.name) for r in rules]
+    ctx = Ctx(space.model, space.cluster, request.num_gpus)
+    texts = [r.describe(ctx, profile.name) for r in rules]
     pinned = sorted({k for r in rules for k in r.knobs if k in request.choices})
     hint = f"; free {', '.join('--' + k.replace('_', '-') for k in pinned)}" if pinned else ""
     if not texts:

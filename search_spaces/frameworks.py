@@ -167,9 +167,17 @@ def load_profile(name: str) -> FrameworkProfile:
     return PROFILES[name]
 
 
-def describe(rule: Rule, ctx, profile: FrameworkProfile) -> str:
-    return rule.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus,
-                               name=profile.name)
+def _registry(*groups) -> dict[str, Rule]:
+    """Every rule by name, each once (profiles may share one); two rules under one name are refused."""
+    rules: dict[str, Rule] = {}
+    for rule in (r for group in groups for r in group):
+        if rules.setdefault(rule.name, rule) is not rule:
+            raise ValueError(f"two rules are named {rule.name}")
+    return rules
+
+
+# The one registry of rules: each checks a layout (holds / encode) and describes itself (Rule.describe).
+RULES = _registry(STRUCTURAL, *(p.rules for p in PROFILES.values()))
 
 
 def check_columns(rules, ctx, cols) -> np.ndarray:
@@ -235,8 +243,7 @@ def check_layout(model, cluster, layout, profile: FrameworkProfile | None = None
     if bad:
         rule = bad[0]
         name = profile.name if profile else "any framework"
-        raise SpecError(f"layout breaks a rule: {rule.message.format(m=model, c=cluster, gpu=cluster.gpu, n=ctx.num_gpus, name=name)}"
-                        f"{_fix_hint(rule, ctx, layout, rules)}")
+        raise SpecError(f"layout breaks a rule: {rule.describe(ctx, name)}{_fix_hint(rule, ctx, layout, rules)}")
 
 
 def uneven_pipeline_error(model, layout) -> str | None:
@@ -267,7 +274,7 @@ def framework_violations(model, cluster, layout, profile: FrameworkProfile) -> l
     out = []
     for rule in violated(profile.rules, ctx, layout):
         hint = _fix_hint(rule, ctx, layout, profile.all_rules).lstrip("; ")
-        out.append((rule, describe(rule, ctx, profile), hint))
+        out.append((rule, rule.describe(ctx, profile.name), hint))
     return out
 
 
