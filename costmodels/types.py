@@ -251,7 +251,9 @@ class ClusterSpec:
 
 @dataclass(frozen=True, slots=True)
 class Framework:
-    """How a training framework behaves where the cost depends on its implementation."""
+    """How a training framework behaves where the cost depends on its implementation: a *cost profile*
+    (catalog frameworks/*.yaml). The rules a search follows are a separate *rules profile*
+    (search_spaces/frameworks.py RulesProfile), which names the cost profile it is scored with."""
 
     name: str
     dp_overlap: float                  # share of the DP gradient reduction hidden behind backward (ZeRO >= 1)

@@ -50,7 +50,7 @@ def layout_dict(layout) -> dict:
 
 def plan_entry(p, result) -> dict:
     return {"rank": p.rank, "family": p.family, "layout": layout_dict(p.layout),
-            "estimate": estimate_dict(p.estimate, result.profile.cost_framework,
+            "estimate": estimate_dict(p.estimate, result.profile.cost_profile,
                                       result.cluster.price_per_gpu_hour, result.request.total_tokens),
             "objective": list(p.objective)}
 
@@ -112,20 +112,16 @@ def warning_lines(warnings) -> list[str]:
 
 
 def best_hidden_comm(result) -> dict:
-    from costmodels import catalog
-
     from .breakdown import hidden_communication
 
-    fw = catalog.load_framework(result.profile.cost_framework)
+    fw = result.profile.load_cost_profile()
     return hidden_communication(result.model, result.cluster, fw, result.best.layout, result.best.estimate)
 
 
 def best_offload_needs(result) -> dict | None:
-    from costmodels import catalog
-
     from .breakdown import offload_needs
 
-    fw = catalog.load_framework(result.profile.cost_framework)
+    fw = result.profile.load_cost_profile()
     return offload_needs(result.model, result.cluster, fw, result.best.layout)
 
 
@@ -139,7 +135,7 @@ def plan_to_dict(result) -> dict:
         "inputs": inputs_dict(result),
         "defaults_used": list(result.notes),
         "layout": layout_dict(best.layout),
-        "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
+        "estimate": estimate_dict(best.estimate, result.profile.cost_profile,
                                   result.cluster.price_per_gpu_hour, result.request.total_tokens,
                                   hidden=best_hidden_comm(result), offload=best_offload_needs(result)),
         "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from costmodels import catalog
 from costmodels.errors import InfeasibleError, SpecError
 from costmodels.estimate import estimate, estimate_batch
 from costmodels.types import ClusterSpec, Estimate, Layout, LayoutBatch, ModelSpec, Sparsity
 from costmodels.units import GiB, fmt_bytes
 from search_spaces import cpsat
 from search_spaces.constraints import Ctx
-from search_spaces.frameworks import FrameworkProfile
+from search_spaces.frameworks import RulesProfile
 from search_spaces.space import ENUMS, KNOBS, SearchRequest, Space, build_space
 
 from .rank import objective_values, pareto_front
@@ -73,7 +72,7 @@ class Plan:
 class PlanResult:
     model: ModelSpec
     cluster: ClusterSpec
-    profile: FrameworkProfile
+    profile: RulesProfile
     request: SearchRequest
     settings: SearchSettings
     plans: list[Plan]                    # best first (top K)
@@ -313,13 +312,7 @@ def _score_lattice(space, profile, cost_fw, settings, collector, core, cat, cros
     return lattice
 
 
-def cost_framework(profile: FrameworkProfile):
-    """The cost model's constants of the profile's framework, with a calibration's overrides."""
-    fw = catalog.load_framework(profile.cost_framework)
-    return replace(fw, **dict(profile.cost_overrides)) if profile.cost_overrides else fw
-
-
-def study_fingerprint(space: Space, profile: FrameworkProfile, settings: SearchSettings) -> str:
+def study_fingerprint(space: Space, profile: RulesProfile, settings: SearchSettings) -> str:
     """What a study's trial values depend on: model, cluster (every field), GPUs, knob domains, rules,
     token budget and objectives (not the seed: workers of one study sample with their own seeds)."""
     key = json.dumps({
@@ -331,7 +324,7 @@ def study_fingerprint(space: Space, profile: FrameworkProfile, settings: SearchS
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def default_study_name(space: Space, profile: FrameworkProfile, settings: SearchSettings) -> str:
+def default_study_name(space: Space, profile: RulesProfile, settings: SearchSettings) -> str:
     key = study_fingerprint(space, profile, settings) + f"-seed{settings.seed}"
     return f"plan-{space.model.name}-{space.request.num_gpus}x{space.cluster.gpu.name}-" + \
         hashlib.sha256(key.encode()).hexdigest()[:12]
@@ -501,10 +494,10 @@ def _seed_layouts(space, profile, cost_fw, core, cat, cross, n=16):
     return [{k: int(cols[k][i]) for k in KNOBS} for i in best if np.isfinite(vals[i])]
 
 
-def exhaustive_reference(space: Space, profile: FrameworkProfile, objective: str = "time"):
+def exhaustive_reference(space: Space, profile: RulesProfile, objective: str = "time"):
     """Reference: every combination of the knob domains, rules checked row by row, scalar estimates.
     Slow by design (no CP-SAT, no vectorisation); used to check the planner's optimum."""
-    cost_fw = cost_framework(profile)
+    cost_fw = profile.load_cost_profile()
     ctx = Ctx(space.model, space.cluster, space.request.num_gpus)
     names = [k for k in KNOBS if k != "dp"]
     best, best_value = None, np.inf
@@ -530,13 +523,13 @@ def exhaustive_reference(space: Space, profile: FrameworkProfile, objective: str
 
 # ---- the entry point ---------------------------------------------------------------------------
 
-def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, request: SearchRequest,
+def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, request: SearchRequest,
            settings: SearchSettings = SearchSettings()) -> PlanResult:
     t0 = time.perf_counter()
     if cluster.num_gpus != request.num_gpus:
         cluster = replace(cluster, num_gpus=request.num_gpus)
     space = build_space(model, cluster, request)
-    cost_fw = cost_framework(profile)
+    cost_fw = profile.load_cost_profile()
     rules = profile.all_rules
     core, cat, cross, truncated = cpsat.sub_lattices(space, rules)
     considered = space.size()
@@ -600,7 +593,7 @@ def _plan(rank, values, model, cluster, cost_fw, profile, space, objective, chec
                 family=family)
 
 
-def _rules_conflict(space: Space, profile: FrameworkProfile, request: SearchRequest) -> InfeasibleError:
+def _rules_conflict(space: Space, profile: RulesProfile, request: SearchRequest) -> InfeasibleError:
     rules = cpsat.conflicting_rules(space, profile.all_rules)
     ctx = Ctx(space.model, space.cluster, request.num_gpus)
     texts = [r.describe(ctx, profile.name) for r in rules]
@@ -628,7 +621,7 @@ def _nothing_fits(model, cluster, profile, request, settings, space) -> Infeasib
             core, cat, cross, _ = cpsat.sub_lattices(sp2, profile.all_rules)
             if not len(core["tp"]) or not len(cat["zero"]):
                 continue
-            cost_fw = cost_framework(profile)
+            cost_fw = profile.load_cost_profile()
             coll = _Collector(quick, req2, cluster)
             _score_lattice(sp2, profile, cost_fw, quick, coll, core, cat, cross)
             if coll.fitting:
@@ -653,7 +646,7 @@ def _lowest_memory(model, cluster, profile, space) -> float | None:
     core, cat, cross, _ = cpsat.sub_lattices(space, profile.all_rules)
     if not len(core["tp"]) or not len(cat["zero"]):
         return None
-    cost_fw = cost_framework(profile)
+    cost_fw = profile.load_cost_profile()
     best = None
     nk = len(cat["zero"])
     per = max(1, SCORE_CHUNK // nk)

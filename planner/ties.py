@@ -197,9 +197,7 @@ def advantage_notes(result, cost_fw) -> dict:
 
 def plan_hook(result, data: dict) -> dict:
     """Add bands to every estimate of plan data built from `result`, mark ties; returns `data`."""
-    from costmodels import catalog
-
-    fw = catalog.load_framework(result.profile.cost_framework)
+    fw = result.profile.load_cost_profile()
     data["estimate"].update(bands_dict(result.model, result.cluster, fw, result.best.layout, result.best.estimate))
     for entry, p in zip(data.get("runner_ups", []), result.runner_ups):
         entry["estimate"].update(bands_dict(result.model, result.cluster, fw, p.layout, p.estimate))
@@ -217,7 +215,7 @@ def result_data(result) -> dict:
     from .output import estimate_dict, layout_dict
 
     price, tokens = result.cluster.price_per_gpu_hour, result.request.total_tokens
-    fw_name = result.profile.cost_framework
+    fw_name = result.profile.cost_profile
     data = {"layout": layout_dict(result.best.layout),
             "estimate": estimate_dict(result.best.estimate, fw_name, price, tokens),
             "runner_ups": [{"rank": p.rank, "layout": layout_dict(p.layout),
