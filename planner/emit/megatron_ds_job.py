@@ -17,13 +17,13 @@ from .megatron_ds import (DEEPSPEED_REQUIREMENT, DEEPSPEED_TESTED, MEGATRON_DEEP
 from .shell import args_block, comment_text, env_assignment
 
 
+LAUNCHERS = ("deepspeed", "torchrun")
+
+
 def _launcher(launcher: str) -> str:
     if launcher not in LAUNCHERS:
         raise SpecError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
     return launcher
-
-
-LAUNCHERS = ("deepspeed", "torchrun")
 
 
 def deepspeed_env(env: dict) -> str:

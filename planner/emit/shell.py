@@ -58,7 +58,7 @@ def args_block(argv) -> str:
 
 
 def parse_args_block(text: str) -> list[str]:
-    """Inverse of args_block for launch.sh (used by tests and `planner estimate launch.sh`)."""
+    """Inverse of args_block: the argument list of launch.sh's ARGS block (what the tests check)."""
     return _parse_block(text.split("ARGS=(\n", 1)[1].split("\n)\n", 1)[0])
 
 

@@ -2,7 +2,6 @@
 and fills in its own message (Rule.describe); frameworks.RULES holds every rule once, by name."""
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 import planner
