@@ -9,17 +9,17 @@ import numpy as np
 
 from costmodels.estimate import estimate
 from search_spaces.constraints import Ctx
-from search_spaces.frameworks import FrameworkProfile
+from search_spaces.frameworks import RulesProfile
 from search_spaces.layouts import data_parallel
 from search_spaces.space import KNOBS, Space
 
-from planner.lattice import cost_framework, values_to_layout
+from planner.lattice import values_to_layout
 
 
-def exhaustive_reference(space: Space, profile: FrameworkProfile, objective: str = "time"):
+def exhaustive_reference(space: Space, profile: RulesProfile, objective: str = "time"):
     """The best layout of `space` that fits and its objective value (time per token, or minus the
     memory headroom), found by trying every combination."""
-    cost_fw = cost_framework(profile)
+    cost_fw = profile.load_cost_profile()
     ctx = Ctx(space.model, space.cluster, space.request.num_gpus)
     names = [k for k in KNOBS if k != "dp"]
     best, best_value = None, np.inf

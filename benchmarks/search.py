@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 import planner  # noqa: E402
-from costmodels import catalog  # noqa: E402
 from costmodels.errors import PlannerError  # noqa: E402
 from costmodels.estimate import estimate  # noqa: E402
 from benchmarks.exhaustive import exhaustive_reference  # noqa: E402
@@ -85,7 +84,7 @@ def published(data_dir):
                if not bool(np.asarray(r.holds(ctx, layout_columns(case.layout))).reshape(-1)[0])]
         total += 1
         feasible += ok
-        pub = estimate(case.model, case.cluster, catalog.load_framework(profile.cost_framework), case.layout)
+        pub = estimate(case.model, case.cluster, profile.load_cost_profile(), case.layout)
         if key in seen:
             continue
         seen.add(key)

@@ -213,6 +213,12 @@ class GPU:
     def supports(self, precision: "Precision") -> bool:
         return self.peak_flop_per_s.get(precision.value, 0.0) > 0.0
 
+    @property
+    def supports_flash(self) -> bool:
+        """FlashAttention runs here: it needs an Ampere-or-newer GPU, which the catalog tells by a bf16
+        tensor-core peak. The one place the search space, the rules and the spec defaults ask."""
+        return self.peak_flop_per_s.get("bf16", 0.0) > 0.0
+
     def peak(self, precision: "Precision") -> float:
         key = "tf32" if precision is Precision.FP32 and self.peak_flop_per_s.get("tf32") else precision.value
         return float(self.peak_flop_per_s.get(key, 0.0))
@@ -259,7 +265,9 @@ class ClusterSpec:
 
 @dataclass(frozen=True, slots=True)
 class Framework:
-    """How a training framework behaves where the cost depends on its implementation."""
+    """How a training framework behaves where the cost depends on its implementation: a *cost profile*
+    (catalog frameworks/*.yaml). The rules a search follows are a separate *rules profile*
+    (search_spaces/frameworks.py RulesProfile), which names the cost profile it is scored with."""
 
     name: str
     dp_overlap: float                  # share of the DP gradient reduction hidden behind backward (ZeRO >= 1)

@@ -120,7 +120,6 @@ class _Replanner:
             return None
 
     def _same_layout(self, global_batch):
-        from costmodels import catalog
         from costmodels.estimate import estimate
 
         from .result import Plan
@@ -129,7 +128,7 @@ class _Replanner:
         layout = r.best.layout
         try:
             layout = layout.replace(gbs=int(global_batch))
-            fw = catalog.load_framework(r.profile.cost_framework)
+            fw = r.profile.load_cost_profile()
             est = estimate(r.model, r.cluster, fw, layout)
         except (PlannerError, ValueError):
             return None
@@ -240,7 +239,6 @@ def _short(layout) -> str:
 
 
 def _memory_warning(result, share) -> PlanWarning:
-    from costmodels import catalog
     from costmodels.estimate import estimate
     from costmodels.types import Offload, Recompute
     from costmodels.units import fmt_bytes
@@ -257,7 +255,7 @@ def _memory_warning(result, share) -> PlanWarning:
                      offload_params=Offload.NONE)
     pred, text = None, "more GPUs, or a GPU with more memory"
     try:
-        fw = catalog.load_framework(result.profile.cost_framework)
+        fw = result.profile.load_cost_profile()
         e2 = estimate(result.model, result.cluster, fw, lean)
         change = "the same layout without " + " and ".join(what or ["recompute / offload"])
         text = (f"{change} would need {fmt_bytes(e2.memory.total)} per GPU (the {result.cluster.gpu.name} has "

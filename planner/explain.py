@@ -68,7 +68,7 @@ def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
         head = f"{BY_NAME[knob].label} {_label(knob, values[knob])} -> {_label(knob, new)}"
         if i in broken:
             r = broken[i]
-            lines.append(f"{head}: not allowed ({r.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus, name=profile.name)})")
+            lines.append(f"{head}: not allowed ({r.describe(ctx, profile.name)})")
             continue
         if not batch.fits[i]:
             lines.append(f"{head}: does not fit ({fmt_bytes(batch.peak_memory_bytes[i])} per GPU, "

@@ -10,19 +10,20 @@ from costmodels.errors import InfeasibleError, SpecError
 from costmodels.estimate import estimate_batch
 from costmodels.units import fmt_bytes
 from search_spaces import cpsat
-from search_spaces.frameworks import FrameworkProfile
+from search_spaces.constraints import Ctx
+from search_spaces.frameworks import RulesProfile
 from search_spaces.space import SearchRequest, Space, build_space
 
 from .collector import Collector
-from .lattice import SCORE_CHUNK, columns_to_batch, cost_framework, score_lattice
+from .lattice import SCORE_CHUNK, columns_to_batch, score_lattice
 from .settings import SearchSettings
 
 
-def rules_conflict(space: Space, profile: FrameworkProfile, request: SearchRequest) -> InfeasibleError:
+def rules_conflict(space: Space, profile: RulesProfile, request: SearchRequest) -> InfeasibleError:
     """No layout satisfies the rules: name the conflicting rules and the pinned knobs to free."""
     rules = cpsat.conflicting_rules(space, profile.all_rules)
-    texts = [r.message.format(m=space.model, c=space.cluster, gpu=space.cluster.gpu, n=request.num_gpus,
-                              name=profile.name) for r in rules]
+    ctx = Ctx(space.model, space.cluster, request.num_gpus)
+    texts = [r.describe(ctx, profile.name) for r in rules]
     pinned = sorted({k for r in rules for k in r.knobs if k in request.choices})
     hint = f"; free {', '.join('--' + k.replace('_', '-') for k in pinned)}" if pinned else ""
     if not texts:
@@ -64,7 +65,7 @@ def smallest_gpu_count(model, cluster, profile, request) -> int | None:
             if not len(core["tp"]) or not len(cat["zero"]):
                 continue
             coll = Collector(quick, req2, cluster)
-            score_lattice(sp2, cost_framework(profile), coll, core, cat, cross)
+            score_lattice(sp2, profile.load_cost_profile(), coll, core, cat, cross)
             if coll.fitting:
                 return n2
         except SpecError:
@@ -77,7 +78,7 @@ def lowest_memory(model, cluster, profile, space) -> float | None:
     core, cat, cross, _ = cpsat.sub_lattices(space, profile.all_rules)
     if not len(core["tp"]) or not len(cat["zero"]):
         return None
-    cost_fw = cost_framework(profile)
+    cost_fw = profile.load_cost_profile()
     best = None
     nk = len(cat["zero"])
     per = max(1, SCORE_CHUNK // nk)

@@ -6,19 +6,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from costmodels import catalog
 from search_spaces import cpsat
-from search_spaces.frameworks import FrameworkProfile
 from search_spaces.layouts import columns_to_batch, values_to_layout  # noqa: F401 - re-exported
 from search_spaces.space import KNOBS
 
 SCORE_CHUNK = 400_000          # layouts per estimate_batch call (bounds memory)
 
-
-def cost_framework(profile: FrameworkProfile):
-    """The cost model's constants of the profile's framework, with a calibration's overrides."""
-    fw = catalog.load_framework(profile.cost_framework)
-    return replace(fw, **dict(profile.cost_overrides)) if profile.cost_overrides else fw
 
 
 def score_lattice(space, cost_fw, collector, core, cat, cross, progress=None) -> int:

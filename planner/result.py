@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from costmodels.types import ClusterSpec, Estimate, Layout, ModelSpec
-from search_spaces.frameworks import FrameworkProfile
+from search_spaces.frameworks import RulesProfile
 from search_spaces.space import SearchRequest
 
 from .settings import SearchSettings
@@ -39,7 +39,7 @@ class Plan:
 class SearchResult:
     model: ModelSpec
     cluster: ClusterSpec
-    profile: FrameworkProfile
+    profile: RulesProfile
     request: SearchRequest
     settings: SearchSettings
     plans: tuple[Plan, ...]              # best first (top K)

@@ -17,13 +17,13 @@ from costmodels.types import ClusterSpec, ModelSpec
 from costmodels.units import GiB
 from search_spaces import cpsat
 from search_spaces.constraints import Ctx
-from search_spaces.frameworks import FrameworkProfile
+from search_spaces.frameworks import RulesProfile
 from search_spaces.space import KNOBS, SearchRequest, build_space
 
 from .collector import Collector, EstimateColumns
 from .explain import why_best
 from .infeasible import nothing_fits, rules_conflict
-from .lattice import cost_framework, count_lattice, score_lattice, values_to_layout
+from .lattice import count_lattice, score_lattice, values_to_layout
 from .optuna_search import run_study, seed_layouts
 from .objectives import pareto_front
 from .ranking import alternatives, family_codes, family_label, rank_rows
@@ -35,7 +35,7 @@ PARETO_SHOWN = 50              # layouts of a Pareto front kept in the result
 CANDIDATES_SHOWN = 400         # (tokens/s/GPU, memory) points sampled for the report's scatter plot
 
 
-def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, request: SearchRequest,
+def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, request: SearchRequest,
            settings: SearchSettings = SearchSettings()) -> SearchResult:
     """The best `settings.top_k` plans (and a Pareto front for two objectives); raises
     InfeasibleError when no layout satisfies the rules or none fits in memory."""
@@ -43,7 +43,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: FrameworkProfile, re
     if cluster.num_gpus != request.num_gpus:
         cluster = replace(cluster, num_gpus=request.num_gpus)
     space = build_space(model, cluster, request)
-    cost_fw = cost_framework(profile)
+    cost_fw = profile.load_cost_profile()
     core, cat, cross, truncated = cpsat.sub_lattices(space, profile.all_rules)
     if not len(core["tp"]) or not len(cat["zero"]):
         raise rules_conflict(space, profile, request)

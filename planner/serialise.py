@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from costmodels import catalog
 from costmodels.params import total_params
 from costmodels.types import Estimate
 from costmodels.units import HOUR
@@ -73,7 +72,7 @@ def plan_dict(plan) -> dict:
 def plan_entry(p, result) -> dict:
     """A runner-up or Pareto entry of plan.json."""
     return {"rank": p.rank, "family": p.family, "layout": layout_dict(p.layout),
-            "estimate": estimate_dict(p.estimate, result.profile.cost_framework,
+            "estimate": estimate_dict(p.estimate, result.profile.cost_profile,
                                       result.cluster.price_per_gpu_hour, result.request.total_tokens),
             "objective": list(p.objective)}
 
@@ -111,13 +110,13 @@ def cost_dict(est, price: float, currency: str = "", total_tokens: float = 0.0) 
 
 def best_hidden_comm(result) -> dict:
     """Communication of the best plan hidden behind compute, seconds per step by part."""
-    fw = catalog.load_framework(result.profile.cost_framework)
+    fw = result.profile.load_cost_profile()
     return hidden_communication(result.model, result.cluster, fw, result.best.layout, result.best.estimate)
 
 
 def best_offload_needs(result) -> dict | None:
     """Host memory / NVMe per node the best plan's offload needs (None: no offload)."""
-    fw = catalog.load_framework(result.profile.cost_framework)
+    fw = result.profile.load_cost_profile()
     return offload_needs(result.model, result.cluster, fw, result.best.layout)
 
 
@@ -138,7 +137,7 @@ def plan_to_dict(result) -> dict:
         "inputs": inputs_dict(result),
         "defaults_used": list(result.notes),
         "layout": layout_dict(best.layout),
-        "estimate": estimate_dict(best.estimate, result.profile.cost_framework,
+        "estimate": estimate_dict(best.estimate, result.profile.cost_profile,
                                   result.cluster.price_per_gpu_hour, result.request.total_tokens,
                                   hidden=best_hidden_comm(result), offload=best_offload_needs(result)),
         "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,
@@ -155,7 +154,7 @@ def plan_to_dict(result) -> dict:
 
 def add_bands(result, data: dict) -> dict:
     """Add bands to every estimate of plan data built from `result`, mark ties; returns `data`."""
-    fw = catalog.load_framework(result.profile.cost_framework)
+    fw = result.profile.load_cost_profile()
     data["estimate"].update(bands_dict(result.model, result.cluster, fw, result.best.layout, result.best.estimate))
     for entry, p in zip(data.get("runner_ups", []), result.runner_ups):
         entry["estimate"].update(bands_dict(result.model, result.cluster, fw, p.layout, p.estimate))
@@ -171,7 +170,7 @@ def error_bands(result) -> dict:
     """The layout / estimate / runner-ups part of plan data, with bands and ties (for text output and
     the Python API; plan_to_dict builds the full plan.json)."""
     price, tokens = result.cluster.price_per_gpu_hour, result.request.total_tokens
-    fw_name = result.profile.cost_framework
+    fw_name = result.profile.cost_profile
     data = {"layout": layout_dict(result.best.layout),
             "estimate": estimate_dict(result.best.estimate, fw_name, price, tokens),
             "runner_ups": [{"rank": p.rank, "layout": layout_dict(p.layout),

@@ -199,10 +199,10 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
         used.append(f"{what}.zero_stage = {zero}")
     precision = section.get("precision")
     if precision is None:
-        supports_bf16 = cluster is None or cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0
+        supports_bf16 = cluster is None or cluster.gpu.supports(Precision.BF16)
         precision = "bf16" if supports_bf16 else "fp16"
         used.append(f"{what}.precision = {precision}")
-    flash_default = cluster is None or cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0
+    flash_default = cluster is None or cluster.gpu.supports_flash
     flash = section.get("flash_attention")
     if flash is None:
         flash = flash_default

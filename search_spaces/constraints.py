@@ -7,6 +7,8 @@ Knob values are integers: enums by their code (types.py), booleans as 0/1.
 """
 from __future__ import annotations
 
+import re
+import string
 from dataclasses import dataclass
 from typing import Callable
 
@@ -91,17 +93,41 @@ class Vars:
         return self._lit(("rem", tag), build)
 
 
+# The fields a rule's message may name: {m.num_heads} (the model), {c.nvlink_domain} (the cluster),
+# {gpu.name}, {n} (the GPU count) and {name} (the framework whose rule it is).
+MESSAGE_FIELDS = frozenset({"m", "c", "gpu", "n", "name"})
+
+
 @dataclass(frozen=True)
 class Rule:
+    """One rule, checked (`holds` in numpy, `encode` in CP-SAT) and described (`describe`) by the same
+    object: the only place a rule's message is filled in."""
+
     name: str
-    message: str                                        # str.format(model=, cluster=, n=) template
+    message: str                                        # str.format template over MESSAGE_FIELDS
     knobs: tuple[str, ...]
     holds: Callable[[Ctx, dict], np.ndarray]
     encode: Callable[[Ctx, Vars, object], None]
 
-    def describe(self, ctx: Ctx, framework: str = "the framework") -> str:
+    def __post_init__(self):
+        unknown = sorted({f for f in _template_fields(self.message) if f not in MESSAGE_FIELDS})
+        if unknown:
+            raise ValueError(f"rule {self.name}: its message names {', '.join(unknown)}; a message may name "
+                             f"only {', '.join(sorted(MESSAGE_FIELDS))}")
+
+    def describe(self, ctx: Ctx, framework: str = "any framework") -> str:
+        """The message for this model, cluster and GPU count; {name} is `framework`."""
         return self.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus,
                                    name=framework)
+
+
+def _template_fields(message: str) -> set[str]:
+    """The root names a str.format template uses ('m' of '{m.num_heads}')."""
+    roots = set()
+    for _, field_name, _, _ in string.Formatter().parse(message):
+        if field_name is not None:
+            roots.add(re.split(r"[.\[]", field_name, maxsplit=1)[0])
+    return roots
 
 
 def _implies(v: Vars, enforce, conditions, constraint):
@@ -194,10 +220,9 @@ STRUCTURAL = (
              v["precision"], cp_model.Domain.from_values(ctx.supported_precisions)).only_enforce_if(e)),
     Rule("flash-supported", "FlashAttention needs an Ampere-or-newer GPU and 16-bit precision",
          ("flash_attention", "precision"),
-         lambda ctx, c: (c["flash_attention"] == 0) | ((ctx.cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0)
-                                                         & (c["precision"] != FP32)),
+         lambda ctx, c: (c["flash_attention"] == 0) | (ctx.cluster.gpu.supports_flash & (c["precision"] != FP32)),
          lambda ctx, v, e: _implies(v, e, [v.eq("flash_attention", 1)], v.m.add(
-             v["precision"] != FP32 if ctx.cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0 else v["precision"] < 0))),
+             v["precision"] != FP32 if ctx.cluster.gpu.supports_flash else v["precision"] < 0))),
     Rule("cp-divides-seq", "context parallelism needs a sequence length divisible by 2 x cp", ("cp", "seq_len"),
          lambda ctx, c: (c["cp"] == 1) | (c["seq_len"] % (2 * c["cp"]) == 0), _cp_seq),
     Rule("offload-optimizer-needs-zero", "optimizer offload needs ZeRO stage >= 1", ("offload_optimizer", "zero"),

@@ -1,19 +1,32 @@
-"""Framework profiles: the rules of the software a plan is for, kept in one place.
+"""Rules profiles: the rules of the software a plan is for, kept in one place.
 
-A profile = the structural rules (constraints.STRUCTURAL) + the framework's own rules + the cost
-model's description of it (costmodels catalog `frameworks/*.yaml`). The default target is
-microsoft/Megatron-DeepSpeed; its rules and silent no-ops are those of ../shared/megatron_deepspeed.md
-§3-4 (source lines there). `megatron-lm` is the second profile: NVIDIA Megatron-LM / Megatron-Core
-with interleaving, ring context parallelism, the distributed optimizer and fp8 with GQA.
+"Framework" means two things in the planner, named apart in code:
+
+- a *rules profile* (RulesProfile, here; `planner plan --framework NAME`): what the software allows,
+  so what the search may propose (the structural rules, constraints.STRUCTURAL, + its own), and the
+  target whose job files planner.emit writes;
+- a *cost profile* (costmodels.types.Framework, catalog `frameworks/*.yaml`): how the software's
+  implementation costs time and memory (overlap, fused kernels, optimizer state).
+
+A rules profile names the cost profile it is scored with in `cost_profile`, and the two names need not
+agree: `--framework megatron-lm` (today's Megatron-LM / Megatron-Core rules) is scored with
+`megatron-core.yaml`, while the cost profile `megatron-lm.yaml` describes the Megatron-LM of 2021-22
+(validation runs). `planner estimate` takes a cost profile by name (a case's `framework:`).
+
+The default target is microsoft/Megatron-DeepSpeed; its rules and silent no-ops are those of
+../shared/megatron_deepspeed.md §3-4 (source lines there). `megatron-lm` is the second profile: NVIDIA
+Megatron-LM / Megatron-Core with interleaving, ring context parallelism, the distributed optimizer and
+fp8 with GQA.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from costmodels import catalog
 from costmodels.errors import UnknownPresetError
-from costmodels.types import Precision, GradComm, Offload, Sparsity
+from costmodels.types import Framework, Precision, GradComm, Offload, Sparsity
 
 from .constraints import FP8, SELECTIVE, STRUCTURAL, Rule, _implies
 from .knobs import BY_NAME
@@ -21,17 +34,26 @@ from .layouts import layout_columns
 
 
 @dataclass(frozen=True)
-class FrameworkProfile:
+class RulesProfile:
+    """What `--framework` selects for a search: the software's rules and job target, and the name of the
+    cost profile its layouts are scored with (see the module docstring for the two notions)."""
+
     name: str
-    cost_framework: str          # costmodels catalog name
+    cost_profile: str            # costmodels catalog frameworks/<cost_profile>.yaml
     rules: tuple[Rule, ...]      # framework rules (structural ones are added by `all_rules`)
-    context_parallel: str        # "ulysses" (all-to-all over heads) or "ring"
     description: str
-    cost_overrides: tuple = ()   # (field, value) pairs replaced on the cost framework (a calibration)
+    cost_overrides: tuple = ()   # (field, value) pairs replaced on the cost profile (a calibration)
+    emitter: str = ""            # the target whose job files planner.emit writes ("" = plan.json and report only)
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:
         return STRUCTURAL + self.rules
+
+    def load_cost_profile(self) -> Framework:
+        """The cost profile's constants, with the calibration's overrides: what every estimate of a plan
+        made with this profile uses."""
+        cost = catalog.load_framework(self.cost_profile)
+        return replace(cost, **dict(self.cost_overrides)) if self.cost_overrides else cost
 
 
 def _ulysses_ok(ctx, c):
@@ -152,24 +174,33 @@ MEGATRON_LM_RULES = (
 )
 
 PROFILES = {
-    "megatron-deepspeed": FrameworkProfile(
-        "megatron-deepspeed", "megatron-deepspeed", MEGATRON_DEEPSPEED_RULES, "ulysses",
-        "microsoft/Megatron-DeepSpeed pretrain_gpt.py with DeepSpeed (launch.sh + ds_config.json)"),
-    "megatron-lm": FrameworkProfile(
-        "megatron-lm", "megatron-core", MEGATRON_LM_RULES, "ring",
+    "megatron-deepspeed": RulesProfile(
+        "megatron-deepspeed", "megatron-deepspeed", MEGATRON_DEEPSPEED_RULES,
+        "microsoft/Megatron-DeepSpeed pretrain_gpt.py with DeepSpeed (launch.sh + ds_config.json)",
+        emitter="megatron-deepspeed"),
+    "megatron-lm": RulesProfile(
+        "megatron-lm", "megatron-core", MEGATRON_LM_RULES,
         "NVIDIA Megatron-LM / Megatron-Core (interleaving, ring context parallel, distributed optimizer)"),
 }
 
 
-def load_profile(name: str) -> FrameworkProfile:
+def load_profile(name: str) -> RulesProfile:
     if name not in PROFILES:
         raise UnknownPresetError("framework", name, list(PROFILES))
     return PROFILES[name]
 
 
-def describe(rule: Rule, ctx, profile: FrameworkProfile) -> str:
-    return rule.message.format(m=ctx.model, c=ctx.cluster, gpu=ctx.cluster.gpu, n=ctx.num_gpus,
-                               name=profile.name)
+def _registry(*groups) -> dict[str, Rule]:
+    """Every rule by name, each once (profiles may share one); two rules under one name are refused."""
+    rules: dict[str, Rule] = {}
+    for rule in (r for group in groups for r in group):
+        if rules.setdefault(rule.name, rule) is not rule:
+            raise ValueError(f"two rules are named {rule.name}")
+    return rules
+
+
+# The one registry of rules: each checks a layout (holds / encode) and describes itself (Rule.describe).
+RULES = _registry(STRUCTURAL, *(p.rules for p in PROFILES.values()))
 
 
 def check_columns(rules, ctx, cols) -> np.ndarray:
@@ -210,7 +241,7 @@ def _fix_hint(rule: Rule, ctx, layout, rules) -> str:
     return f"; {knob} could be {shown}"
 
 
-def check_layout(model, cluster, layout, profile: FrameworkProfile | None = None, skip=()) -> None:
+def check_layout(model, cluster, layout, profile: RulesProfile | None = None, skip=()) -> None:
     """Raise SpecError naming the first rule the layout breaks (structural, plus the profile's);
     rules named in `skip` are not checked."""
     from costmodels.errors import SpecError
@@ -222,8 +253,7 @@ def check_layout(model, cluster, layout, profile: FrameworkProfile | None = None
     if bad:
         rule = bad[0]
         name = profile.name if profile else "any framework"
-        raise SpecError(f"layout breaks a rule: {rule.message.format(m=model, c=cluster, gpu=cluster.gpu, n=ctx.num_gpus, name=name)}"
-                        f"{_fix_hint(rule, ctx, layout, rules)}")
+        raise SpecError(f"layout breaks a rule: {rule.describe(ctx, name)}{_fix_hint(rule, ctx, layout, rules)}")
 
 
 def uneven_pipeline_error(model, layout) -> str | None:
@@ -246,7 +276,7 @@ def uneven_pipeline_error(model, layout) -> str | None:
     return None
 
 
-def framework_violations(model, cluster, layout, profile: FrameworkProfile) -> list[tuple[Rule, str, str]]:
+def framework_violations(model, cluster, layout, profile: RulesProfile) -> list[tuple[Rule, str, str]]:
     """The profile's own rules (not the structural ones) that a layout breaks: (rule, message, fix)."""
     from .constraints import Ctx
 
@@ -254,7 +284,7 @@ def framework_violations(model, cluster, layout, profile: FrameworkProfile) -> l
     out = []
     for rule in violated(profile.rules, ctx, layout):
         hint = _fix_hint(rule, ctx, layout, profile.all_rules).lstrip("; ")
-        out.append((rule, describe(rule, ctx, profile), hint))
+        out.append((rule, rule.describe(ctx, profile.name), hint))
     return out
 
 

@@ -122,7 +122,7 @@ def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequ
     if Precision.BF16.code in supported and Precision.FP16.code in supported:
         supported.remove(Precision.FP16.code)     # bf16 where the GPU has it: same speed, no loss scaling
     offloads = [Offload.NONE.code, Offload.CPU.code] + ([Offload.NVME.code] if cluster.nvme_bytes > 0 else [])
-    flash = cluster.gpu.peak_flop_per_s.get("bf16", 0) > 0   # FlashAttention needs Ampere or newer
+    flash = cluster.gpu.supports_flash
     return {
         "tp": [d for d in divs if d <= cluster.nvlink_domain],
         "pp": [d for d in divs if d <= layers],

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner.emit.writer import parse_args_block, render_files, write_plan
+from planner.emit.shell import parse_args_block
+from planner.emit.writer import render_files, write_plan
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 FLAGS_FILE = Path(__file__).resolve().parents[1] / "data" / "megatron_ds_flags.txt"

@@ -361,7 +361,7 @@ def test_zero3_plans_show_hidden_communication(tmp_path):
     from costmodels.estimate import estimate
     import planner
     res = planner.plan("llama2-7b", "H100-SXM", gpus=8, choices={"zero": ["3"]}, top_k=1, advice=False)
-    fw = catalog.load_framework(res.profile.cost_framework)
+    fw = res.profile.load_cost_profile()
     none = replace(fw, **{f.name: 0.0 for f in fields(fw) if "overlap" in f.name})
     full = estimate(res.model, res.cluster, none, res.best.layout)
     assert exposed + hidden["zero_comm"] == pytest.approx(full.time.zero_comm)

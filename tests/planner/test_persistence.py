@@ -23,6 +23,19 @@ def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
 
 
+# The plan command with every file write slowed down (the writer patched in the child process), so a
+# test can interrupt it half-way through the temporary directory.
+SLOW_PLAN = [sys.executable, "-c",
+             "import sys, time; import planner.emit.writer as w; from planner.cli import main; "
+             "pause = float(sys.argv.pop(1)); write = w._write_file; "
+             "w._write_file = lambda *a: (time.sleep(pause), write(*a))[1]; sys.exit(main())"]
+
+
+def slow_plan(pause: float, args):
+    """PLAN's command line run with a `pause` in seconds before each file the writer writes."""
+    return SLOW_PLAN + [str(pause)] + PLAN[3:] + list(args)
+
+
 def run(args, env=None, **kw):
     return subprocess.run(args, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, **kw)
 
@@ -36,8 +49,7 @@ def test_interrupted_write_leaves_the_old_output_whole(tmp_path, sig):
     out = tmp_path / "job"
     assert run(PLAN + ["--out", str(out)]).returncode == 0
     old = snapshot(out)
-    env = {**os.environ, "PLANNER_WRITE_PAUSE_S": "0.5"}
-    proc = subprocess.Popen(PLAN + ["--out", str(out), "--force", "--tp", "2"], cwd=ROOT, env=env,
+    proc = subprocess.Popen(slow_plan(0.5, ["--out", str(out), "--force", "--tp", "2"]), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
@@ -53,8 +65,7 @@ def test_interrupted_write_leaves_the_old_output_whole(tmp_path, sig):
 
 def test_a_killed_write_leaves_no_temporary_folder_behind_the_next_run(tmp_path):
     out = tmp_path / "job"
-    env = {**os.environ, "PLANNER_WRITE_PAUSE_S": "0.5"}
-    proc = subprocess.Popen(PLAN + ["--out", str(out)], cwd=ROOT, env=env,
+    proc = subprocess.Popen(slow_plan(0.5, ["--out", str(out)]), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
@@ -71,8 +82,7 @@ def test_two_writers_without_force_cannot_both_win(tmp_path):
     """The existence check and the rename are one step (renameat2 RENAME_NOREPLACE): of two runs that
     both found --out missing, one writes it and the other says it exists; nothing is mixed."""
     out = tmp_path / "job"
-    env = {**os.environ, "PLANNER_WRITE_PAUSE_S": "0.3"}
-    procs = [subprocess.Popen(PLAN + ["--out", str(out), "--tp", str(tp)], cwd=ROOT, env=env,
+    procs = [subprocess.Popen(slow_plan(0.3, ["--out", str(out), "--tp", str(tp)]), cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for tp in (1, 2)]
     outs = [p.communicate(timeout=120) for p in procs]
     codes = sorted(p.returncode for p in procs)
@@ -96,6 +106,19 @@ def test_publish_refuses_an_existing_target(tmp_path):
     with pytest.raises(SpecError, match="already exists"):
         _publish_new(src, dst, "dst")
     assert (dst / "b").read_text() == "old" and (src / "a").exists()
+
+
+def test_the_writer_has_no_environment_pause(tmp_path, monkeypatch):
+    """The old PLANNER_WRITE_PAUSE_S test hook is gone: a write never sleeps, whatever the environment."""
+    import planner.emit.writer as writer
+
+    def no_sleep(seconds):
+        raise AssertionError(f"the writer slept {seconds} s")
+
+    monkeypatch.setenv("PLANNER_WRITE_PAUSE_S", "30")
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    writer.write_files({"a.txt": b"a", "sub/b.txt": b"b"}, tmp_path / "out")
+    assert (tmp_path / "out" / "sub" / "b.txt").read_bytes() == b"b"
 
 
 def test_completed_write_replaces_the_output_whole(tmp_path):

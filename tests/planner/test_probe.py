@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 import planner
 from planner.cli import main
 from planner.emit.megatron_ds import PROBE_ITERS
-from planner.emit.writer import parse_args_block, parse_probe_blocks, render_files
+from planner.emit.shell import parse_args_block, parse_probe_blocks
+from planner.emit.writer import render_files
 
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 """No shell injection: every value that reaches a generated script is quoted by one function
-(writer.shell_word, shlex.quote) or kept out of the shell (comments lose control characters);
+(shell.shell_word, shlex.quote) or kept out of the shell (comments lose control characters);
 NUL is refused. Checked with bash itself: `bash -n`, and the words bash parses back."""
 import shlex
 import subprocess
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import planner
 from costmodels.errors import SpecError
 from planner.cli import main
-from planner.emit.writer import (comment_text, env_assignment, parse_args_block, render_scripts,
-                                 shell_word)
+from planner.emit.megatron_ds_job import render_scripts
+from planner.emit.shell import comment_text, env_assignment, parse_args_block, shell_word
 
 # Text bash can hold (no NUL; no lone surrogates, which cannot be encoded), biased towards the
 # characters that matter to a shell.
@@ -47,7 +47,7 @@ def test_shell_word_round_trips_through_bash(values):
 @settings(max_examples=60, deadline=None)
 def test_any_argument_list_survives_the_args_block(argv):
     """Whatever pretrain_gpt.py arguments a future emitter produces, bash reads back exactly them."""
-    from planner.emit.writer import args_block
+    from planner.emit.shell import args_block
 
     script = f"ARGS=(\n{args_block(argv)}\n)\nprintf '%s\\0' \"${{ARGS[@]}}\"\n"
     assert bash_syntax_ok(script.encode())
