@@ -9,10 +9,13 @@ Collectives are hierarchical and pipelined, as NCCL runs them: a ring inside eac
 a ring across domains in which every GPU drives its own NIC with 1/k of the data, the two tiers
 streaming chunk by chunk, so the slower tier bounds the time instead of the two adding up (NCCL's
 rings over NVLink + NICs; Thakur et al. 2005 for the ring costs). Each ring step costs one latency
-alpha of its tier, so small messages and large groups are latency-bound (the alpha-beta model,
-Hockney 1994: the achieved bandwidth of an S-byte message is S / (S/B + steps * alpha)).
-All-reduce may instead use NCCL's double binary tree, whose latency grows with log2 of the node
-count (Sanders et al. 2009; NCCL 2.4 release notes): NCCL takes the faster of the two. Every call
+alpha of the link it crosses, so small messages and large groups are latency-bound (the alpha-beta
+model, Hockney 1994: the achieved bandwidth of an S-byte message is S / (S/B + steps * alpha)). The
+ring visits every rank: of its n-1 steps (2(n-1) for all-reduce) d-1 cross domains and n-d stay on
+NVLink, as NCCL's own cost model counts them (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel:
+`(nsteps-nInterSteps)*intraLat + nInterSteps*interLat`), so a ring over thousands of GPUs pays
+milliseconds per call. All-reduce may instead use NCCL's double binary tree, whose latency is
+2((n/d-1) intra + log2(d) inter) steps (same function; Sanders et al. 2009): NCCL takes the faster. Every call
 also pays a fixed `collective_latency_s` (kernel launch, filling the chunk pipeline): measured NCCL
 all-reduce times (nccl-tests on an 8-GPU A100 node, benchmarks/data/nccl) are t = a0 + 2(n-1) alpha
 + 2(n-1)/n S / B within 6% from 1 MiB to 1 GiB, with a0 about 40 us.
@@ -47,21 +50,29 @@ def _call(size, cluster: ClusterSpec):
 
 
 def _tiers(nbytes, size, k, cluster: ClusterSpec):
-    """(bandwidth time, intra-domain ring steps x latency, domains) of one ring pass."""
+    """(bandwidth time, domains) of one ring pass."""
     size = asf(size)
     domains = size / k
     intra = _ring_bandwidth_time(nbytes, k, cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency)
     inter = _ring_bandwidth_time(nbytes / k, domains,
                                  cluster.network_bytes_per_s * cluster.network_efficiency)
-    return maximum(intra, inter), (k - 1) * cluster.nvlink_latency_s, domains
+    return maximum(intra, inter), domains
+
+
+def ring_latency(size, k, cluster: ClusterSpec):
+    """Latency of one ring pass over `size` ranks, `k` per domain: n-d NVLink steps and d-1 network
+    steps (NCCL src/graph/tuning.cc, ncclTopoTuneModel, ring latency)."""
+    size = asf(size)
+    domains = size / asf(k)
+    return (size - domains) * cluster.nvlink_latency_s + (domains - 1.0) * cluster.network_latency_s
 
 
 def reduce_scatter_time(nbytes, size, k, cluster: ClusterSpec):
     """Reduce-scatter of `nbytes` (the full, unsharded size) over `size` ranks, `k` per domain:
     pipelined tiers plus one latency per ring step (NCCL runs reduce-scatter and all-gather as
     rings only)."""
-    bw, intra_lat, domains = _tiers(nbytes, size, k, cluster)
-    return bw + intra_lat + (domains - 1) * cluster.network_latency_s + _call(size, cluster)
+    bw, _ = _tiers(nbytes, size, k, cluster)
+    return bw + ring_latency(size, k, cluster) + _call(size, cluster)
 
 
 def all_gather_time(nbytes, size, k, cluster: ClusterSpec):
@@ -70,12 +81,14 @@ def all_gather_time(nbytes, size, k, cluster: ClusterSpec):
 
 
 def all_reduce_time(nbytes, size, k, cluster: ClusterSpec):
-    """All-reduce = reduce-scatter + all-gather: 2(n-1)/n x bytes (Patarasuk & Yuan 2009, §3); across
-    domains the ring pays 2(d-1) network latencies, the double binary tree 2 log2(d)."""
-    bw, intra_lat, domains = _tiers(nbytes, size, k, cluster)
-    ring = 2.0 * (domains - 1)
-    tree = 2.0 * np.log2(maximum(domains, 1.0))
-    return 2.0 * (bw + intra_lat) + minimum(ring, tree) * cluster.network_latency_s + _call(size, cluster)
+    """All-reduce = reduce-scatter + all-gather: 2(n-1)/n x bytes (Patarasuk & Yuan 2009, §3); the
+    ring pays its latency twice, the double binary tree 2((k-1) NVLink + log2(d) network) steps
+    (NCCL src/graph/tuning.cc, ncclTopoTuneModel); NCCL picks the faster."""
+    bw, domains = _tiers(nbytes, size, k, cluster)
+    ring = 2.0 * ring_latency(size, k, cluster)
+    tree = 2.0 * ((asf(k) - 1.0) * cluster.nvlink_latency_s
+                  + np.log2(maximum(domains, 1.0)) * cluster.network_latency_s)
+    return 2.0 * bw + minimum(ring, tree) + _call(size, cluster)
 
 
 def all_to_all_time(nbytes, size, k, cluster: ClusterSpec):

@@ -181,8 +181,15 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     # Forward and backward gather each layer; the recompute forward gathers again under DeepSpeed
     # ZeRO-3, not under FSDP (fw.zero3_recompute_gathers; see the framework files).
     gathers = 2.0 + where(full_rc, fw.zero3_recompute_gathers, 0.0)
-    z3 = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, gathers, shard, tp, c)
-    z3 = z3 / fw.zero3_gather_efficiency
+    # One gather per fetched module (fw.zero3_gathers_per_layer) of the biggest stage, plus the
+    # embedding / output layer; gradients leave in reduce buckets, or one call per gather unit.
+    stage_layers = maximum(maximum(layers_first, layers_last), where(pp > 2, layers, 0.0))
+    gather_calls = stage_layers * fw.zero3_gathers_per_layer + 1.0
+    reduce_calls = gather_calls if fw.zero3_reduce_bucket_params <= 0 else \
+        ceil(stage_p / fw.zero3_reduce_bucket_params)
+    z3_bw, z3_lat = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, gathers, shard, tp, c,
+                                                        gather_calls, reduce_calls)
+    z3 = z3_bw / fw.zero3_gather_efficiency + z3_lat
     # ZeRO++'s quantisation kernels sit on the gather / reduce path.
     z3 = z3 + stage_p * zeropp_quantisation_bytes_per_param(lb.grad_comm, gathers) / (
         c.gpu.hbm_bytes_per_s * c.gpu.hbm_efficiency)
@@ -194,8 +201,9 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     # FSDP2 under a pipeline schedule (torchtitan): weights gathered once per step and kept, gradients
     # reduce-scattered once, at the last micro-batch (fw.fsdp_pp_unsharded; see its catalog note).
     keep_unsharded = (zero >= ZERO3) & (pp > 1) & bool(fw.fsdp_pp_unsharded)
-    z3_once = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, 1.0, shard, tp, c)
-    z3_once = z3_once / fw.zero3_gather_efficiency
+    once_bw, once_lat = steptime.zero3_microbatch_comm_time(stage_p * wbytes, stage_p * gbytes, 1.0, shard, tp, c,
+                                                            gather_calls, reduce_calls)
+    z3_once = once_bw / fw.zero3_gather_efficiency + once_lat
     z3_step = where(keep_unsharded, maximum(z3_once - fw.zero3_overlap * mb_compute, 0.0)
                     + z3_once / maximum(asf(layers), 1.0), 0.0)
     z3_exposed = where(keep_unsharded, 0.0, z3_exposed)

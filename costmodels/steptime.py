@@ -48,13 +48,23 @@ def dp_gradient_sync_time(grad_bytes, weight_bytes, zero, group, stride, cluster
     return grads, weights
 
 
-def zero3_microbatch_comm_time(weight_bytes, grad_bytes, gathers, group, stride, cluster):
+def zero3_microbatch_comm_time(weight_bytes, grad_bytes, gathers, group, stride, cluster,
+                               gather_calls=1.0, reduce_calls=1.0):
     """ZeRO-3 / FSDP per micro-batch: all-gather the weights before each use (forward, backward,
     and the recompute forward) and reduce-scatter the gradients (Rajbhandari et al. 2020, §7.3:
-    1.5x the all-reduce volume without recompute)."""
+    1.5x the all-reduce volume without recompute). Each pass fetches module by module,
+    `gather_calls` collectives, and the gradients go out in `reduce_calls` buckets: every call pays
+    a whole ring's latency (comm.ring_latency), which over thousands of ranks is milliseconds.
+    Returns (bandwidth time, latency time)."""
     k = members_per_domain(group, stride, cluster.nvlink_domain)
-    return gathers * all_gather_time(weight_bytes, group, k, cluster) + reduce_scatter_time(
-        grad_bytes, group, k, cluster)
+    gather_calls = maximum(asf(gather_calls), 1.0)
+    reduce_calls = maximum(asf(reduce_calls), 1.0)
+    one_ag = all_gather_time(0.0 * asf(weight_bytes), group, k, cluster)      # latency of one call
+    one_rs = reduce_scatter_time(0.0 * asf(grad_bytes), group, k, cluster)
+    bandwidth = (gathers * (all_gather_time(weight_bytes, group, k, cluster) - one_ag)
+                 + reduce_scatter_time(grad_bytes, group, k, cluster) - one_rs)
+    latency = gathers * gather_calls * one_ag + reduce_calls * one_rs
+    return bandwidth, latency
 
 
 def optimizer_step_time(local_params, cluster, precision):

@@ -299,6 +299,8 @@ class Framework:
     zero0_shards_optimizer: tuple[str, ...] = ()   # precisions whose ZeRO-0 optimizer still shards (BF16_Optimizer)
     zero3_recompute_gathers: float = 1.0   # extra ZeRO-3 gathers of a layer for its recompute forward
     fsdp_pp_unsharded: bool = False    # FSDP with PP: stage weights stay gathered, fp32 grads accumulate unsharded
+    zero3_gathers_per_layer: float = 1.0   # ZeRO-3 / FSDP all-gather calls per layer and pass (fetch granularity)
+    zero3_reduce_bucket_params: float = 0.0   # ZeRO-3 gradient reduce-scatter bucket; 0: one call per gather unit
     source: str = ""
 
 
