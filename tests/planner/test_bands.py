@@ -182,9 +182,14 @@ def test_python_api_plan_exposes_bands_and_ties():
 
 
 def test_an_advantage_resting_on_a_thin_constant_says_so():
-    res = planner.plan("llama2-13b", "A100-80GB", gpus=16, global_batch=256, choices={"zero": [1, 3]}, top_k=5)
-    assert res.best.layout.zero == 3
+    """The best (ZeRO-1) beats the ZeRO-3 runner-up only while the ZeRO-3 gather efficiency (fitted on
+    12 runs from 2 sources) stays near its catalog value: at the top of its LOSO range ZeRO-3 would win,
+    and the plan says so; the best's own band rests on the A100 attention efficiency (11 runs)."""
+    res = planner.plan("llama2-13b", "A100-80GB", gpus=32, global_batch=128, choices={"zero": [1, 3]}, top_k=5)
+    assert res.best.layout.zero == 1
+    z3 = [p for p in res.runner_ups if p.layout.zero == 3]
+    assert z3
     ties = res.error_bands["ties"]
     notes = ties["advantage_from_thin_constants"]
-    assert notes and all("zero3_gather_efficiency (12 runs, 2 sources)" in t for t in notes.values())
-    assert any("zero3_gather_efficiency" in t for t in ties["best_rests_on_thin_constants"])
+    assert "zero3_gather_efficiency (12 runs, 2 sources)" in notes[str(z3[0].rank)]
+    assert any("attention_efficiency" in t for t in ties["best_rests_on_thin_constants"])
