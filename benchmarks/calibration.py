@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     print(f"    {'source':16s} {'runs':>4s} {'before':>8s} {'after':>8s}  better")
     for s, v in b.items():
         print(f"    {s:16s} {v['runs']:4d} {v['mape_before']:8.1%} {v['mape_after']:8.1%}  "
-              f"{v['sources_improved']}/{v['runs']}")
+              f"{v['runs_improved']}/{v['runs']}")
     mb = float(np.mean([v["mape_before"] for v in b.values()]))
     ma = float(np.mean([v["mape_after"] for v in b.values()]))
     within = sum(v["mape_after"] <= 0.05 for v in b.values())

@@ -151,7 +151,9 @@ MEGATRON_DEEPSPEED_RULES = (
     Rule("mds-position-embeddings",
          "Megatron-DeepSpeed has learned or rotary positions only; this ALiBi model needs another framework",
          (), lambda ctx, c: np.asarray(ctx.model.position != "alibi"),
-         lambda ctx, v, e: None if ctx.model.position != "alibi" else v.m.add(v["tp"] < 0).only_enforce_if(e)),
+         # never satisfiable for an ALiBi model: the rule's literal is forced false (it names no knob,
+         # so it may sit in a sub-lattice without tp)
+         lambda ctx, v, e: None if ctx.model.position != "alibi" else v.m.add(e == 0)),
     _DENSE_ONLY,
 )
 

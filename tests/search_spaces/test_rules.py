@@ -63,3 +63,16 @@ def test_framework_profiles_differ(values, ok_mds, ok_mlm):
     cols = {k: np.array([v]) for k, v in base.items()}
     assert bool(check_columns(PROFILES["megatron-deepspeed"].all_rules, ctx, cols)[0]) == ok_mds
     assert bool(check_columns(PROFILES["megatron-lm"].all_rules, ctx, cols)[0]) == ok_mlm
+
+
+def test_alibi_model_under_megatron_deepspeed_is_refused_in_one_line():
+    """The ALiBi rule names no knob, so CP-SAT may place it in the categorical sub-lattice, where tp is
+    no variable: it raised KeyError 'tp' (benchmarks/search.py on BLOOM's runs). Now a clear refusal."""
+    import pytest
+
+    import planner
+    from costmodels.errors import InfeasibleError
+    model = {"name": "bloom-like", "num_layers": 24, "hidden_size": 2048, "ffn_hidden_size": 8192,
+             "num_attention_heads": 16, "vocab_size": 50257, "seq_length": 2048, "position": "alibi"}
+    with pytest.raises(InfeasibleError, match="ALiBi"):
+        planner.plan(model, "A100-80GB", gpus=8, global_batch=64)
