@@ -66,7 +66,7 @@ def exactness():
 
 FRAMEWORK_OF = {"narayanan21": "megatron-lm", "korthikanti22": "megatron-lm", "megatron2021": "megatron-lm",
                 "mcore": "megatron-lm", "nemo2407": "megatron-lm", "bloom": "megatron-deepspeed",
-                "mosaic": "megatron-deepspeed", "torchtitan": "megatron-lm"}
+                "mosaic": "megatron-deepspeed", "torchtitan": "megatron-lm", "deepspeed": "megatron-deepspeed"}
 
 
 def published(data_dir):
