@@ -94,6 +94,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     overlap = dp_overlap(fw, k, stages, bodies.layer)
     mb_compute = bodies.first_compute               # what ZeRO-3 gathers and parameter fetches hide under
     zero3 = zero3_communication(c, fw, k, stages, sp, vol, mb_compute)
+    # What every micro-batch adds on every stage:
     per_mb_shared = {"pp_comm": pipeline_send_time(m, c, fw, k),
                      "zero_comm": zero3.per_microbatch,
                      "dp_comm": zero2_communication(c, k, sp, vol, overlap),
