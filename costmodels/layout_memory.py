@@ -84,7 +84,13 @@ def stage_memory(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages, sp: Stag
     mid = one_stage_memory(fw, k, sp.mid, act_mid, 0.0 * logits, working, keep_unsharded)
     workspace = memory.backward_workspace_bytes(m, k.tokens, k.tp, k.precision)
     buffers = fw.comm_buffer_bytes + 0.0 * rows
+    return peak_stage_memory(fw, k, stages, first, mid, last, buffers, workspace)
 
+
+def peak_stage_memory(fw: Framework, k: Knobs, stages: Stages, first: dict, mid: dict, last: dict,
+                      buffers, workspace) -> Memory:
+    """The memory of whichever of the first, the last and a middle stage allocates the most."""
+    pp = k.pp
     alloc_first = allocated(first, buffers, workspace)
     alloc_last = allocated(last, buffers, workspace)
     alloc_mid = allocated(mid, buffers, workspace)
