@@ -1,0 +1,139 @@
+"""Memory per GPU of a batch of layouts: the first, the last and a middle stage each, the one that
+peaks reported; and host memory for offloaded state. The per-item formulas are in memory.py; this
+module puts them together for `estimate._estimate_chunk`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .vec import maximum, where
+
+from . import memory
+from .stages import Knobs, StageParams, Stages, recomputed_layers
+from .types import ClusterSpec, Framework, ModelSpec
+from .types import OFF_NONE, OFF_NVME  # named enum codes
+from .types import ZERO3  # named ZeRO stage code
+
+
+def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
+    """Bytes of activations the (first, middle, last) stage keeps for its micro-batches in flight."""
+    stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
+                                                     fw.fp8_saved_input_bytes)
+    stored, core_act = stored * fw.saved_activation_factor, core_act * fw.saved_activation_factor
+    ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
+    pp, vpp, n_micro, rc = k.pp, k.vpp, k.n_micro, k.recompute
+    inflight_first = memory.inflight_microbatches(pp, vpp, n_micro, 0)
+    inflight_last = memory.inflight_microbatches(pp, vpp, n_micro, pp - 1)
+    inflight_mid = memory.inflight_microbatches(pp, vpp, n_micro, 1)
+    act_mid = memory.stored_activation_bytes(stored, core_act, ckpt, rc, stages.mid,
+                                             recomputed_layers(k, stages.mid), inflight_mid)
+    act_first = (memory.stored_activation_bytes(stored, core_act, ckpt, rc, stages.first,
+                                                recomputed_layers(k, stages.first), inflight_first)
+                 + inflight_first * memory.embedding_activation_bytes(m, k.tokens, k.tp, k.sp, k.precision))
+    act_last = memory.stored_activation_bytes(stored, core_act, ckpt, rc, stages.last,
+                                              recomputed_layers(k, stages.last), inflight_last)
+    return act_first, act_mid, act_last
+
+
+def zero3_working_bytes(fw: Framework, k: Knobs, sp: StageParams):
+    """Bytes of the weights ZeRO-3 holds gathered at a time (0 below ZeRO-3)."""
+    working = memory.zero3_working_params(sp.layer / k.tp, sp.per_gpu, fw) * k.act_bytes
+    return where(k.zero >= ZERO3, working, 0.0)
+
+
+def one_stage_memory(fw: Framework, k: Knobs, stage_p, activations, logits, working, keep_unsharded) -> dict:
+    """Bytes per GPU of a stage holding `stage_p` parameters (before the TP split), by item; "working":
+    the gathered ZeRO-3 weights, or FSDP + PP's unsharded stage."""
+    w, g, o = memory.model_state_bytes(stage_p / k.tp, k.precision, k.zero, k.shard, k.offload_optimizer,
+                                       k.offload_params, fw, k.grad_comm)
+    # FSDP + PP kept unsharded: the stage's 16-bit weights, and fp32 gradients accumulated over the
+    # micro-batches before the last one's reduce-scatter.
+    work = where(keep_unsharded, stage_p / k.tp * k.act_bytes, working)
+    grad_acc = where(keep_unsharded & (k.n_micro > 1), stage_p / k.tp * 4.0, 0.0)
+    return {"weights": w, "grads": g + grad_acc, "optimizer": o, "activations": activations, "logits": logits,
+            "working": work}
+
+
+def allocated(stage: dict, buffers, workspace):
+    """Bytes the allocator hands out on a stage: its items, the communication buffers, the backward workspace."""
+    return (stage["weights"] + stage["grads"] + stage["optimizer"] + stage["activations"] + stage["logits"]
+            + buffers + workspace + stage["working"])
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Memory per GPU of the stage that peaks."""
+
+    columns: dict                   # by item: MemoryBreakdown's fields
+    allocated: object
+    total: object
+    peak_stage: object              # which stage peaks: 0 first, 1 a middle one, pp - 1 the last
+
+
+def stage_memory(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages, sp: StageParams, keep_unsharded,
+                 rows) -> Memory:
+    """Memory of the first and the last stage (and a middle one); reports the larger. `keep_unsharded`:
+    FSDP + PP keeps the stage's weights gathered (layout_time.Zero3); `rows`: an array with one value
+    per layout (the step time), so that constant items come out one per row."""
+    pp = k.pp
+    act_first, act_mid, act_last = stage_activations(m, fw, k, stages)
+    logits = memory.logits_bytes(m, k.tokens, k.tp, fw)
+    working = zero3_working_bytes(fw, k, sp)
+    first = one_stage_memory(fw, k, sp.first, act_first, where(pp <= 1, logits, 0.0), working, keep_unsharded)
+    last = one_stage_memory(fw, k, sp.last, act_last, logits, working, keep_unsharded)
+    mid = one_stage_memory(fw, k, sp.mid, act_mid, 0.0 * logits, working, keep_unsharded)
+    workspace = memory.backward_workspace_bytes(m, k.tokens, k.tp, k.precision)
+    buffers = fw.comm_buffer_bytes + 0.0 * rows
+    return peak_stage_memory(fw, k, stages, first, mid, last, buffers, workspace)
+
+
+def peak_stage_memory(fw: Framework, k: Knobs, stages: Stages, first: dict, mid: dict, last: dict,
+                      buffers, workspace) -> Memory:
+    """The memory of whichever of the first, the last and a middle stage allocates the most."""
+    pp = k.pp
+    alloc_first = allocated(first, buffers, workspace)
+    alloc_last = allocated(last, buffers, workspace)
+    alloc_mid = allocated(mid, buffers, workspace)
+    last_peaks = (pp > 1) & (alloc_last > alloc_first)
+    # With an uneven split a middle stage (the second: most micro-batches in flight) may peak.
+    mid_peaks = stages.uneven & (pp > 2) & (alloc_mid > maximum(alloc_first, where(pp > 1, alloc_last, 0.0)))
+
+    def pick(first, last, mid=None):
+        out = where(last_peaks, last, first)
+        return out if mid is None else where(mid_peaks, mid, out)
+
+    def pick_item(key):
+        return pick(first[key], last[key], mid[key])
+
+    columns = {
+        "weights": pick(first["weights"] + first["working"], last["weights"] + last["working"],
+                        mid["weights"] + mid["working"]),
+        "grads": pick_item("grads"),
+        "optimizer": pick_item("optimizer"),
+        "activations": pick_item("activations"),
+        "logits": pick_item("logits"),
+        "comm_buffers": buffers,
+        "workspace": workspace,
+    }
+    alloc = pick(alloc_first, alloc_last, alloc_mid)
+    columns["fragmentation"] = alloc * fw.allocator_fragmentation
+    columns["cuda_context"] = fw.cuda_context_bytes + 0.0 * alloc
+    total = alloc + columns["fragmentation"] + columns["cuda_context"]
+    return Memory(columns=columns, allocated=alloc, total=total,
+                  peak_stage=where(mid_peaks, 1.0, where(last_peaks, pp - 1, 0.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class HostMemory:
+    per_node: object                # bytes of host memory (or NVMe) per node
+    fits: object
+
+
+def host_memory(c: ClusterSpec, k: Knobs, sp: StageParams) -> HostMemory:
+    # Host memory for offloaded optimizer state: fp32 master, moments and gradients (16 B/param).
+    opt_off, local = k.offload_optimizer, sp.local
+    host_per_node = where(opt_off != OFF_NONE, local * 16.0 * c.gpus_per_node, 0.0)
+    host_per_node = host_per_node + where(k.offload_params != OFF_NONE, local * 2.0 * c.gpus_per_node, 0.0)
+    nvme_needed = where(opt_off == OFF_NVME, host_per_node, 0.0)
+    host_fits = where(opt_off == OFF_NVME, nvme_needed <= c.nvme_bytes, host_per_node <= c.host_memory_bytes)
+    return HostMemory(per_node=host_per_node, fits=host_fits)

@@ -1,0 +1,315 @@
+"""Time of one training step of a batch of layouts, built up stage by stage.
+
+First the time of one micro-batch on each kind of stage (its layers, by component), then what every
+micro-batch adds on every stage (pipeline sends, ZeRO gathers and reduce-scatters, parameter
+offload), then the pipeline schedule over those stage times and what happens once per step (DP
+gradient sync, the optimizer). The primitives (collectives, the schedule) are in comm.py and
+steptime.py; this module puts them together for `estimate._estimate_chunk`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .vec import asf, ceil, maximum, where
+
+from . import compute, memory, steptime
+from .comm import (members_per_domain, p2p_time, reduce_scatter_time, grad_comm_bytes_per_param,
+                   weight_gather_bytes_per_param, zeropp_quantisation_bytes_per_param)
+from .stages import Knobs, StageParams, Stages, recomputed_layers
+from .types import ClusterSpec, Framework, ModelSpec
+from .types import OFF_NONE, OFF_NVME, RC_FULL, RC_SELECTIVE  # named enum codes
+from .types import ZERO0, ZERO2, ZERO3  # named ZeRO stage codes
+
+
+# ---- time of one micro-batch on each kind of stage ---------------------------------------------
+
+def gpu_and_excess(phase):
+    """(GPU time, TP communication, the rest of the phase's busy time: the host's excess) of a phase."""
+    gpu, tp_comm = phase.gpu, phase.tp_comm
+    return gpu, tp_comm, phase.busy - gpu - tp_comm
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTimes:
+    """One transformer layer's phases for one micro-batch, each split by gpu_and_excess, and the
+    context-parallel exchange of its forward and backward."""
+
+    fwd_gpu: object
+    fwd_tp: object
+    fwd_excess: object
+    bwd_gpu: object
+    bwd_tp: object
+    bwd_excess: object
+    core_gpu: object                # the attention core (what selective recomputation recomputes)
+    core_excess: object
+    cp_fwd: object
+    cp_bwd: object
+
+
+def context_parallel_exchange(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs, fwd, bwd):
+    """Exposed seconds of one layer's context-parallel exchange, (forward, backward): DeepSpeed-Ulysses'
+    all-to-alls or the ring's K/V passes."""
+    kv_bytes = k.tokens * 2.0 * m.hidden * m.num_kv_heads / m.num_heads * k.act_bytes / k.tp
+    if fw.context_parallel == "ulysses":
+        qkv = k.tokens * m.hidden * k.act_bytes / k.tp + kv_bytes
+        cp_fwd = steptime.ulysses_exchange_time(qkv, k.tokens * m.hidden * k.act_bytes / k.tp, k.cp, k.tp, c)
+        return cp_fwd, cp_fwd
+    return (steptime.cp_exchange_time(kv_bytes, k.cp, k.tp, fwd.attention, c),
+            steptime.cp_exchange_time(2.0 * kv_bytes, k.cp, k.tp, bwd.attention, c))
+
+
+def layer_times(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs) -> LayerTimes:
+    """Per-micro-batch time of one transformer layer."""
+    fwd, bwd, core = compute.layer_phases(m, c, fw, tokens=k.tokens, seq_len=k.seq, tp=k.tp, sp=k.sp,
+                                          flash=k.flash, precision=k.precision, sparsity=k.sparsity)
+    cp_fwd, cp_bwd = context_parallel_exchange(m, c, fw, k, fwd, bwd)
+    lf_gpu, lf_tp, lf_x = gpu_and_excess(fwd)
+    lb_gpu, lb_tp, lb_x = gpu_and_excess(bwd)
+    co_gpu, _, co_x = gpu_and_excess(core)
+    return LayerTimes(fwd_gpu=lf_gpu, fwd_tp=lf_tp, fwd_excess=lf_x, bwd_gpu=lb_gpu, bwd_tp=lb_tp, bwd_excess=lb_x,
+                      core_gpu=co_gpu, core_excess=co_x, cp_fwd=cp_fwd, cp_bwd=cp_bwd)
+
+
+def stage_body(k: Knobs, lt: LayerTimes, n_layers) -> dict:
+    """Per-micro-batch time of a stage's transformer layers, by component."""
+    rc = k.recompute
+    full_rc = rc == RC_FULL
+    n_rc = recomputed_layers(k, n_layers)
+    return {"compute": n_layers * (lt.fwd_gpu + lt.bwd_gpu),
+            "recompute": where(full_rc, n_rc * lt.fwd_gpu, where(rc == RC_SELECTIVE, n_layers * lt.core_gpu, 0.0)),
+            "tp_comm": n_layers * (lt.fwd_tp + lt.bwd_tp) + where(full_rc, n_rc * lt.fwd_tp, 0.0),
+            "cp_comm": n_layers * (lt.cp_fwd + lt.cp_bwd) + where(full_rc, n_rc * lt.cp_fwd, 0.0),
+            "excess": n_layers * (lt.fwd_excess + lt.bwd_excess) + where(full_rc, n_rc * lt.fwd_excess,
+                                                                         where(rc == RC_SELECTIVE,
+                                                                               n_layers * lt.core_excess, 0.0))}
+
+
+def edge_layers(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
+    """Per-micro-batch time of the embedding (on the first stage) and of the output layer (on the
+    last), forward and backward, by component: (first_extra, last_extra)."""
+    out_f, out_b = compute.output_layer_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision)
+    emb_f, emb_b = compute.embedding_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision)
+    ef_gpu, ef_tp, ef_x = gpu_and_excess(emb_f)
+    eb_gpu, eb_tp, eb_x = gpu_and_excess(emb_b)
+    of_gpu, of_tp, of_x = gpu_and_excess(out_f)
+    ob_gpu, ob_tp, ob_x = gpu_and_excess(out_b)
+    first_extra = {"compute": ef_gpu + eb_gpu, "tp_comm": ef_tp + eb_tp, "excess": ef_x + eb_x}
+    last_extra = {"compute": of_gpu + ob_gpu, "tp_comm": of_tp + ob_tp, "excess": of_x + ob_x}
+    return first_extra, last_extra
+
+
+@dataclass(frozen=True, slots=True)
+class Bodies:
+    """Per-micro-batch time of each kind of stage, by component (dicts of arrays)."""
+
+    first: dict                     # the first stage's transformer layers
+    mid: dict                       # a middle stage's
+    last: dict                      # the last stage's
+    first_extra: dict               # the embedding, on the first stage
+    last_extra: dict                # the output layer, on the last stage (on the first too when pp = 1)
+    layer: LayerTimes
+
+    @property
+    def first_compute(self):
+        """The first stage's compute and recompute: what ZeRO-3 gathers and parameter fetches hide under."""
+        return self.first["compute"] + self.first["recompute"]
+
+
+def microbatch_bodies(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs, stages: Stages) -> Bodies:
+    """Time of one micro-batch on each kind of stage, before what every micro-batch adds (below)."""
+    lt = layer_times(m, c, fw, k)
+    first_extra, last_extra = edge_layers(m, c, fw, k)
+    return Bodies(first=stage_body(k, lt, stages.first), mid=stage_body(k, lt, stages.mid),
+                  last=stage_body(k, lt, stages.last), first_extra=first_extra, last_extra=last_extra, layer=lt)
+
+
+# ---- what every micro-batch adds on every stage --------------------------------------------------
+
+def pipeline_send_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
+    """Seconds per micro-batch of the pipeline's point-to-point sends."""
+    # Pipeline sends: activations forward, gradients backward; Megatron splits them over the TP
+    # ranks (scatter-gather optimisation, Narayanan et al. 2021, §4.1), DeepSpeed's PipelineEngine
+    # sends the whole tensor from every TP rank (deepspeed/runtime/pipe/p2p.py).
+    crosses = k.tp * k.cp * k.dp >= c.nvlink_domain
+    split = k.tp if fw.pp_scatter_gather else 1.0
+    # Interleaving sends every micro-batch across vpp times as many stage boundaries (Narayanan et al.
+    # 2021, §2.2.2: "the amount of communication also increases by v").
+    return where(k.pp > 1, 2.0 * asf(k.vpp) * p2p_time(k.tokens * m.hidden * k.act_bytes / split, crosses, c), 0.0)
+
+
+# ZeRO-2 reduce-scatters and ZeRO-3 gathers happen every micro-batch.
+
+@dataclass(frozen=True, slots=True)
+class CommVolumes:
+    """Bytes per parameter of a gradient reduction and of a weight gather, and how many times a
+    micro-batch gathers each layer under ZeRO-3."""
+
+    grad_bytes: object
+    weight_bytes: object
+    gathers: object
+
+
+def comm_volumes(fw: Framework, k: Knobs) -> CommVolumes:
+    gbytes = grad_comm_bytes_per_param(k.grad_comm, k.precision)
+    wbytes = weight_gather_bytes_per_param(k.grad_comm, k.precision)
+    # Forward and backward gather each layer; the recompute forward gathers again under DeepSpeed
+    # ZeRO-3, not under FSDP (fw.zero3_recompute_gathers; see the framework files).
+    gathers = 2.0 + where(k.recompute == RC_FULL, fw.zero3_recompute_gathers, 0.0)
+    return CommVolumes(grad_bytes=gbytes, weight_bytes=wbytes, gathers=gathers)
+
+
+def zero3_calls(fw: Framework, k: Knobs, stages: Stages, sp: StageParams):
+    """(all-gather calls, reduce-scatter calls) of one pass over the biggest stage."""
+    # One gather per fetched module (fw.zero3_gathers_per_layer) of the biggest stage, plus the
+    # embedding / output layer; gradients leave in reduce buckets, or one call per gather unit.
+    most_layers = maximum(maximum(stages.first, stages.last), where(k.pp > 2, stages.mid, 0.0))
+    gather_calls = most_layers * fw.zero3_gathers_per_layer + 1.0
+    reduce_calls = gather_calls if fw.zero3_reduce_bucket_params <= 0 else \
+        ceil(sp.per_gpu / fw.zero3_reduce_bucket_params)
+    return gather_calls, reduce_calls
+
+
+def zero3_gather_reduce_time(c: ClusterSpec, fw: Framework, k: Knobs, sp: StageParams, vol: CommVolumes,
+                             gathers, calls):
+    """Seconds of the biggest stage's weight gathers (`gathers` of each layer) and gradient
+    reduce-scatter, at the framework's gather efficiency, plus every call's latency."""
+    bw, lat = steptime.zero3_microbatch_comm_time(sp.per_gpu * vol.weight_bytes, sp.per_gpu * vol.grad_bytes,
+                                                  gathers, k.shard, k.tp, c, *calls)
+    return bw / fw.zero3_gather_efficiency + lat
+
+
+@dataclass(frozen=True, slots=True)
+class Zero3:
+    """Exposed ZeRO-3 / FSDP communication."""
+
+    per_microbatch: object
+    per_step: object
+    keep_unsharded: object          # FSDP + PP: the stage's weights stay gathered over the step
+
+
+def zero3_communication(c: ClusterSpec, fw: Framework, k: Knobs, stages: Stages, sp: StageParams,
+                        vol: CommVolumes, mb_compute) -> Zero3:
+    """Exposed seconds of ZeRO-3 / FSDP weight gathers and gradient reduce-scatters; `mb_compute` is
+    the compute they hide under."""
+    calls = zero3_calls(fw, k, stages, sp)
+    z3 = zero3_gather_reduce_time(c, fw, k, sp, vol, vol.gathers, calls)
+    # ZeRO++'s quantisation kernels sit on the gather / reduce path.
+    z3 = z3 + sp.per_gpu * zeropp_quantisation_bytes_per_param(k.grad_comm, vol.gathers) / (
+        c.gpu.hbm_bytes_per_s * c.gpu.hbm_efficiency)
+    # Gathers of layer i+1 are prefetched under layer i's compute; each pass's first layer waits for
+    # its own gather (one layer's share of the micro-batch's traffic stays exposed).
+    z3_first = z3 / maximum(asf(stages.mid), 1.0)
+    z3_exposed = where(k.zero >= ZERO3, maximum(z3 - fw.zero3_overlap * mb_compute, 0.0) + z3_first, 0.0)
+    # FSDP2 under a pipeline schedule (torchtitan): weights gathered once per step and kept, gradients
+    # reduce-scattered once, at the last micro-batch (fw.fsdp_pp_unsharded; see its catalog note).
+    keep_unsharded = (k.zero >= ZERO3) & (k.pp > 1) & bool(fw.fsdp_pp_unsharded)
+    z3_once = zero3_gather_reduce_time(c, fw, k, sp, vol, 1.0, calls)
+    z3_step = where(keep_unsharded, maximum(z3_once - fw.zero3_overlap * mb_compute, 0.0)
+                    + z3_once / maximum(asf(stages.mid), 1.0), 0.0)
+    z3_exposed = where(keep_unsharded, 0.0, z3_exposed)
+    return Zero3(per_microbatch=z3_exposed, per_step=z3_step, keep_unsharded=keep_unsharded)
+
+
+@dataclass(frozen=True, slots=True)
+class DpOverlap:
+    """How much data-parallel gradient communication hides under the backward pass."""
+
+    window: object                  # seconds of backward it overlaps with
+    bf16_optimizer: object          # DeepSpeed's BF16_Optimizer runs (and hides nothing)
+
+
+def dp_overlap(fw: Framework, k: Knobs, stages: Stages, lt: LayerTimes) -> DpOverlap:
+    """The framework's overlap share (pipelined, ZeRO-0 or otherwise) of a middle stage's backward."""
+    share = where(k.pp > 1, fw.dp_overlap_pipelined, where(k.zero == ZERO0, fw.dp_overlap_zero0, fw.dp_overlap))
+    # BF16_Optimizer all-reduces after backward returns, with no hooks (bf16_optimizer.py:321-346).
+    bf16_opt = memory.bf16_optimizer_in_use(k.precision, k.zero, fw)
+    share = where(bf16_opt, 0.0, share)
+    return DpOverlap(window=share * stages.mid * lt.bwd_gpu, bf16_optimizer=bf16_opt)
+
+
+def zero2_communication(c: ClusterSpec, k: Knobs, sp: StageParams, vol: CommVolumes, overlap: DpOverlap):
+    """Exposed seconds per micro-batch of ZeRO-2's gradient reduce-scatter."""
+    k_dp = members_per_domain(k.shard, k.tp, c.nvlink_domain)
+    z2_rs = reduce_scatter_time(sp.per_gpu * vol.grad_bytes, k.shard, k_dp, c)
+    return where(k.zero == ZERO2, maximum(z2_rs - overlap.window, 0.0), 0.0)
+
+
+def param_offload_time(c: ClusterSpec, fw: Framework, k: Knobs, sp: StageParams, vol: CommVolumes, mb_compute):
+    """Exposed seconds per micro-batch of fetching offloaded parameters; `mb_compute` hides some."""
+    # Parameters streamed from host memory (ZeRO-Infinity offload_param) once per use.
+    nvme_per_gpu = max(c.nvme_bytes_per_s, 1.0) / c.gpus_per_node
+    fetch_rate = where(k.offload_params == OFF_NVME, min(c.pcie_bytes_per_s, nvme_per_gpu), c.pcie_bytes_per_s)
+    param_fetch = sp.per_gpu * 2.0 * vol.gathers / fetch_rate
+    hidden = fw.offload_overlap * param_fetch
+    return where((k.zero >= ZERO3) & (k.offload_params != OFF_NONE),
+                 param_fetch - hidden + maximum(hidden - mb_compute, 0.0), 0.0)
+
+
+# ---- the pipeline over the stages, and once per step --------------------------------------------
+
+def stage_microbatch_times(bodies: Bodies, shared: dict, pp):
+    """(tau_first, tau_mid, tau_last): one micro-batch's time on each kind of stage, all included;
+    `shared` is what every micro-batch adds on every stage."""
+
+    def tau(stage_body, extra):
+        return sum(stage_body.values()) + sum(shared.values()) + sum(extra.values())
+
+    tau_first = tau(bodies.first, bodies.first_extra) + where(pp <= 1, sum(bodies.last_extra.values()), 0.0)
+    return tau_first, tau(bodies.mid, {}), tau(bodies.last, bodies.last_extra)
+
+
+def bottleneck(bodies: Bodies, slowest, pp, key):
+    """Component `key` of one micro-batch on the slowest stage (0 first, 1 middle, 2 last)."""
+    first = (bodies.first.get(key, 0.0) + bodies.first_extra.get(key, 0.0)
+             + where(pp <= 1, bodies.last_extra.get(key, 0.0), 0.0))
+    last = bodies.last.get(key, 0.0) + bodies.last_extra.get(key, 0.0)
+    return where(slowest == 2, last, where(slowest == 1, bodies.mid.get(key, 0.0), first))
+
+
+def dp_step_sync(c: ClusterSpec, fw: Framework, k: Knobs, sp: StageParams, vol: CommVolumes, overlap: DpOverlap):
+    """Exposed seconds of the once-per-step data-parallel gradient sync and weight gather."""
+    grad_sync, weight_sync = steptime.dp_gradient_sync_time(sp.per_gpu * vol.grad_bytes, sp.per_gpu * vol.weight_bytes,
+                                                             k.zero, k.shard, k.tp, c,
+                                                             overlap.bf16_optimizer)
+    grad_sync = where(k.zero >= ZERO2, 0.0, grad_sync)          # ZeRO-2/3 reduced per micro-batch
+    weight_sync = where(k.zero >= ZERO3, 0.0, weight_sync)      # ZeRO-3 gathers per micro-batch
+    window = overlap.window                                     # last micro-batch's backward
+    return (maximum(grad_sync - window, 0.0)
+            + weight_sync * (1.0 - fw.param_gather_overlap))
+
+
+def optimizer_time(c: ClusterSpec, k: Knobs, sp: StageParams):
+    """(seconds of the optimizer step on the GPU, on the host when offloaded)."""
+    opt_off = k.offload_optimizer
+    opt_gpu = where(opt_off != OFF_NONE, 0.0, steptime.optimizer_step_time(sp.local, c, k.precision))
+    opt_host = steptime.offloaded_optimizer_time(sp.local, opt_off, c)
+    return opt_gpu, opt_host
+
+
+def step_time(c: ClusterSpec, fw: Framework, k: Knobs, bodies: Bodies, shared: dict, zero3: Zero3,
+              sp: StageParams, vol: CommVolumes, overlap: DpOverlap) -> dict:
+    """Seconds per step by component: the pipeline schedule over the stages' micro-batch times
+    (the slowest stage's components, n_micro times, and the bubble), then what happens once per step."""
+    tau_first, tau_mid, tau_last = stage_microbatch_times(bodies, shared, k.pp)
+    t_pipe, tau_max, slowest = steptime.pipeline_time(tau_first, tau_mid, tau_last, k.pp, k.vpp, k.n_micro)
+    n_micro = k.n_micro
+
+    def on_slowest(key):
+        return bottleneck(bodies, slowest, k.pp, key)
+
+    # ---- once per step ----------------------------------------------------------------------------
+    dp_exposed = dp_step_sync(c, fw, k, sp, vol, overlap)
+    opt_gpu, opt_host = optimizer_time(c, k, sp)
+    return {
+        "compute": n_micro * on_slowest("compute"),
+        "recompute": n_micro * on_slowest("recompute"),
+        "tp_comm": n_micro * on_slowest("tp_comm"),
+        "cp_comm": n_micro * on_slowest("cp_comm"),
+        "pp_comm": n_micro * shared["pp_comm"],
+        "bubble": t_pipe - n_micro * tau_max,
+        "dp_comm": n_micro * shared["dp_comm"] + dp_exposed,
+        "zero_comm": n_micro * shared["zero_comm"] + zero3.per_step,
+        "offload": n_micro * shared["offload"] + opt_host,
+        "optimizer": opt_gpu,
+        "overhead": n_micro * (on_slowest("excess") + fw.microbatch_overhead_s) + fw.iteration_overhead_s,
+    }
