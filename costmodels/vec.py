@@ -7,30 +7,30 @@ import math
 import numpy as np
 
 
-def _any_array(*xs) -> bool:
-    return any(isinstance(x, np.ndarray) for x in xs)
+_ND = np.ndarray
 
 
 def where(cond, a, b):
-    if _any_array(cond, a, b):
+    # explicit isinstance checks: this runs thousands of times per scalar estimate
+    if isinstance(cond, _ND) or isinstance(a, _ND) or isinstance(b, _ND):
         return np.where(cond, a, b)
     return a if cond else b
 
 
 def maximum(a, b):
-    if _any_array(a, b):
+    if isinstance(a, _ND) or isinstance(b, _ND):
         return np.maximum(a, b)
     return a if a >= b else b
 
 
 def minimum(a, b):
-    if _any_array(a, b):
+    if isinstance(a, _ND) or isinstance(b, _ND):
         return np.minimum(a, b)
     return a if a <= b else b
 
 
 def clip(x, lo, hi):
-    if _any_array(x, lo, hi):
+    if isinstance(x, _ND) or isinstance(lo, _ND) or isinstance(hi, _ND):
         return np.clip(x, lo, hi)
     return min(max(x, lo), hi)
 
