@@ -2,9 +2,11 @@
 
 Usage: pip install -e '.[fit]' && python benchmarks/fit.py [--data DIR] [--write]
 
-Minimises the log step-time error, each source weighted equally (so the 1,440 vTrain rows do not
-drown the other runs), with a weak log-normal prior on each constant at its physically expected value
-(data sheets, kernel benchmarks) and hard physical bounds. Every constant here is shared by several
+Minimises the log step-time error under a soft-L1 loss per run (quadratic within 10%, linear beyond,
+so a few runs the model cannot express do not move shared constants), each source weighted equally
+(so the 1,440 vTrain rows do not drown the other runs), with a weak log-normal prior on each constant
+at its physically expected value (data sheets, kernel benchmarks, benchmarks/host_overhead.py) and hard
+physical bounds. Every constant here is shared by several
 sources: per GPU family the GEMM and attention efficiency; across all GPUs the HBM efficiency and the
 per-kernel cost; across all frameworks the host time to issue a kernel and the per-step overhead.
 Framework differences (kernels, fusion, overlap) are ASSUMED from their documented behaviour in the
