@@ -67,12 +67,21 @@ def ring_latency(size, k, cluster: ClusterSpec):
     return (size - domains) * cluster.nvlink_latency_s + (domains - 1.0) * cluster.network_latency_s
 
 
+def ring_pass_bandwidth_time(nbytes, size, k, cluster: ClusterSpec):
+    """Bandwidth part of one reduce-scatter or all-gather ring pass (no latency)."""
+    return _tiers(nbytes, size, k, cluster)[0]
+
+
+def ring_call_latency(size, k, cluster: ClusterSpec):
+    """Latency of one reduce-scatter or all-gather call: its ring steps plus the per-call cost."""
+    return ring_latency(size, k, cluster) + _call(size, cluster)
+
+
 def reduce_scatter_time(nbytes, size, k, cluster: ClusterSpec):
     """Reduce-scatter of `nbytes` (the full, unsharded size) over `size` ranks, `k` per domain:
     pipelined tiers plus one latency per ring step (NCCL runs reduce-scatter and all-gather as
     rings only)."""
-    bw, _ = _tiers(nbytes, size, k, cluster)
-    return bw + ring_latency(size, k, cluster) + _call(size, cluster)
+    return ring_pass_bandwidth_time(nbytes, size, k, cluster) + ring_call_latency(size, k, cluster)
 
 
 def all_gather_time(nbytes, size, k, cluster: ClusterSpec):

@@ -12,7 +12,8 @@ import numpy as np
 
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
-from .comm import all_gather_time, all_to_all_time, members_per_domain, reduce_scatter_time, all_reduce_time
+from .comm import (all_gather_time, all_to_all_time, members_per_domain, reduce_scatter_time, all_reduce_time,
+                   ring_call_latency, ring_pass_bandwidth_time)
 from .types import FP32, OFF_NONE, OFF_NVME, ZERO0  # named enum codes
 
 
@@ -59,11 +60,10 @@ def zero3_microbatch_comm_time(weight_bytes, grad_bytes, gathers, group, stride,
     k = members_per_domain(group, stride, cluster.nvlink_domain)
     gather_calls = maximum(asf(gather_calls), 1.0)
     reduce_calls = maximum(asf(reduce_calls), 1.0)
-    one_ag = all_gather_time(0.0 * asf(weight_bytes), group, k, cluster)      # latency of one call
-    one_rs = reduce_scatter_time(0.0 * asf(grad_bytes), group, k, cluster)
-    bandwidth = (gathers * (all_gather_time(weight_bytes, group, k, cluster) - one_ag)
-                 + reduce_scatter_time(grad_bytes, group, k, cluster) - one_rs)
-    latency = gathers * gather_calls * one_ag + reduce_calls * one_rs
+    # all-gather moves the same bytes as reduce-scatter, in reverse (comm.all_gather_time)
+    bandwidth = (gathers * ring_pass_bandwidth_time(weight_bytes, group, k, cluster)
+                 + ring_pass_bandwidth_time(grad_bytes, group, k, cluster))
+    latency = (gathers * gather_calls + reduce_calls) * ring_call_latency(group, k, cluster)
     return bandwidth, latency
 
 
