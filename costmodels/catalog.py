@@ -471,6 +471,7 @@ def framework_from_dict(d: dict) -> Framework:
             dp_overlap_pipelined=float(d["dp_overlap_pipelined"]),
             tp_overlap=float(d["tp_overlap"]),
             pp_scatter_gather=bool(d["pp_scatter_gather"]),
+            pp_overlap=float(d["pp_overlap"]),
             zero3_gather_efficiency=float(d["zero3_gather_efficiency"]),
             zero3_overlap=float(d["zero3_overlap"]),
             param_gather_overlap=float(d["param_gather_overlap"]),

@@ -164,8 +164,18 @@ def _kernel_counts(m: ModelSpec, flash):
     return fwd, bwd
 
 
+def tp_exposed_share(tp, pipelined):
+    """Share of a TP collective left exposed when it is pipelined with its GEMM (Megatron-Core
+    --tp-comm-overlap, Transformer Engine userbuffers): the GEMM is split into tp chunks and each
+    chunk's all-gather / reduce-scatter step runs beside another chunk's GEMM, so one of the tp steps
+    stays on the critical path (Wang et al. 2023, "Overlap communication with dependent computation
+    via decomposition", ASPLOS '23, §3; TE pytorch/module/base.py initialize_ub, ring-exchange
+    split-pipelined AG and RS). Not pipelined: all of it."""
+    return where(pipelined, 1.0 / asf(tp), 1.0)
+
+
 def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, seq_len, tp, sp,
-                 flash, precision, sparsity):
+                 flash, precision, sparsity, tp_pipelined=False):
     """Forward, backward and attention-core-only (selective recompute) phases of one layer."""
     gpu = cluster.gpu
     rate = gemm_rate(cluster, precision)
@@ -183,10 +193,11 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     e = activation_bytes_per_element(precision)
     k_tp = members_per_domain(tp, 1, cluster.nvlink_domain)
     tp_pass = 2.0 * all_reduce_time(tokens * m.hidden * e, tp, k_tp, cluster)
+    exposed = tp_exposed_share(tp, tp_pipelined)
     host = fw.host_overhead_s
     gemm_fwd, gemm_bwd = layer_gemm_times(m, gpu, tokens, tp, rate, speed)
     fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=elem / bw,
-                     kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass)
+                     kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass * exposed)
     # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for
     # the weight-gradient GEMMs (Korthikanti et al. 2022, §4.2.2); Megatron issues that all-gather
     # asynchronously and runs the input-gradient GEMM meanwhile (tensor_parallel/layers.py,
@@ -197,7 +208,8 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     bwd = PhaseTimes(gemm=gemm_bwd,
                      attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
                      elementwise=2.0 * elem / bw, kernels=n_bwd * gpu.kernel_overhead_s,
-                     host=(n_bwd + 2) * host, tp_comm=tp_pass * (1.0 - fw.tp_overlap))
+                     host=(n_bwd + 2) * host,
+                     tp_comm=tp_pass * minimum(1.0 - fw.tp_overlap, exposed))
     core_elem = where(flash, 0.0, tokens * m.num_heads * asf(seq_len) * 4.0 * e
                          / asf(tp)) * fw.elementwise_traffic
     core = PhaseTimes(gemm=0.0 * gemm_f, attention=attn_f / attn_rate, elementwise=core_elem / bw,

@@ -61,7 +61,8 @@ def context_parallel_exchange(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Kn
 def layer_times(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs) -> LayerTimes:
     """Per-micro-batch time of one transformer layer."""
     fwd, bwd, core = compute.layer_phases(m, c, fw, tokens=k.tokens, seq_len=k.seq, tp=k.tp, sp=k.sp,
-                                          flash=k.flash, precision=k.precision, sparsity=k.sparsity)
+                                          flash=k.flash, precision=k.precision, sparsity=k.sparsity,
+                                          tp_pipelined=k.tp_pipelined)
     cp_fwd, cp_bwd = context_parallel_exchange(m, c, fw, k, fwd, bwd)
     lf_gpu, lf_tp, lf_x = gpu_and_excess(fwd)
     lb_gpu, lb_tp, lb_x = gpu_and_excess(bwd)
@@ -134,7 +135,11 @@ def pipeline_send_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
     split = k.tp if fw.pp_scatter_gather else 1.0
     # Interleaving sends every micro-batch across vpp times as many stage boundaries (Narayanan et al.
     # 2021, §2.2.2: "the amount of communication also increases by v").
-    return where(k.pp > 1, 2.0 * asf(k.vpp) * p2p_time(k.tokens * m.hidden * k.act_bytes / split, crosses, c), 0.0)
+    # An interleaved schedule may post its sends and receives asynchronously and run the next model
+    # chunk meanwhile (Megatron-Core overlap_p2p_comm); the framework says what share that hides.
+    exposed = where(k.vpp > 1, 1.0 - fw.pp_overlap, 1.0)
+    sends = 2.0 * asf(k.vpp) * p2p_time(k.tokens * m.hidden * k.act_bytes / split, crosses, c)
+    return where(k.pp > 1, sends * exposed, 0.0)
 
 
 # ZeRO-2 reduce-scatters and ZeRO-3 gathers happen every micro-batch.

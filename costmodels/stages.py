@@ -34,6 +34,7 @@ class Knobs:
     first_stage_layers: object      # as floats; 0 = even split
     last_stage_layers: object
     sp: object                      # sequence parallelism in effect (asked for, and tp > 1)
+    tp_pipelined: object            # TP collectives pipelined with their GEMMs (--tp-comm-overlap, with sp)
     flash: object
     sparsity: object
     grad_comm: object
@@ -53,7 +54,8 @@ def read_knobs(lb) -> Knobs:
                  zero=lb.zero, precision=lb.precision, recompute=lb.recompute,
                  recompute_layers=lb.recompute_layers,
                  first_stage_layers=asf(lb.first_stage_layers), last_stage_layers=asf(lb.last_stage_layers),
-                 sp=lb.sequence_parallel & (tp > 1), flash=lb.flash_attention, sparsity=lb.sparsity,
+                 sp=lb.sequence_parallel & (tp > 1),
+                 tp_pipelined=lb.tp_comm_overlap & lb.sequence_parallel & (tp > 1), flash=lb.flash_attention, sparsity=lb.sparsity,
                  grad_comm=lb.grad_comm, offload_optimizer=lb.offload_optimizer, offload_params=lb.offload_params,
                  n_micro=gbs / (mbs * dp),
                  tokens=mbs * seq / cp,

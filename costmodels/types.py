@@ -275,6 +275,7 @@ class Framework:
     dp_overlap_pipelined: float        # same, when pipeline parallelism is used
     tp_overlap: float                  # share of backward TP collectives hidden behind GEMMs
     pp_scatter_gather: bool            # pipeline sends split over TP ranks (Megatron), or whole (DeepSpeed)
+    pp_overlap: float                  # share of interleaved (vpp > 1) pipeline sends hidden behind compute
     attention_speedup: float           # fused-attention kernel speed relative to FlashAttention-2
     context_parallel: str              # "ulysses" (all-to-all over heads) or "ring" (K/V passed around)
     offload_overlap: float             # share of CPU/NVMe parameter traffic hidden behind compute
@@ -332,6 +333,7 @@ class Layout:
     first_stage_layers: int = 0        # uneven pipeline (Megatron-Core): layers on the first stage; 0 = even
     last_stage_layers: int = 0         # ... and on the last stage; 0 = even
     sequence_parallel: bool = False
+    tp_comm_overlap: bool = False      # Megatron-Core --tp-comm-overlap (TE userbuffers); needs sequence parallelism
     flash_attention: bool = True
     precision: Precision = Precision.BF16
     sparsity: Sparsity = Sparsity.DENSE

@@ -52,7 +52,9 @@ def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
     cand = neighbours(values, space)
     if not cand:
         return []
-    rules = profile.all_rules
+    # The framework's own rules first: where a change breaks both kinds, its reason is the one that
+    # says the framework cannot do it at all.
+    rules = profile.rules + tuple(r for r in profile.all_rules if r not in profile.rules)
     cols = {k: np.array([c[2][k] for c in cand], dtype=np.int64) for k in KNOBS}
     broken = {}
     ok = np.ones(len(cand), dtype=bool)

@@ -150,6 +150,8 @@ def _layout_text(l: dict) -> str:
               f"ZeRO-{l['zero_stage']}", f"recompute {l['recompute']}" + (f" ({l['recompute_layers']} layer{'s' if l['recompute_layers'] != 1 else ''} per stage)" if l.get("recompute_layers") else ""), l["precision"]]
     if l["sequence_parallel"]:
         parts.append("sequence parallel")
+    if l.get("tp_comm_overlap"):
+        parts.append("TP communication overlapped with GEMMs")
     if l["flash_attention"]:
         parts.append("FlashAttention-2")
     if l["offload_optimizer"] != "none":

@@ -222,6 +222,7 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
             first_stage_layers=_int(section, "first_stage_layers", what, CASE_DEFAULTS["first_stage_layers"]),
             last_stage_layers=_int(section, "last_stage_layers", what, CASE_DEFAULTS["last_stage_layers"]),
             sequence_parallel=_bool(section, "sequence_parallel", what, CASE_DEFAULTS["sequence_parallel"]),
+            tp_comm_overlap=_bool(section, "tp_comm_overlap", what, CASE_DEFAULTS["tp_comm_overlap"]),
             flash_attention=bool(flash),
             precision=Precision.parse(precision),
             sparsity=sparsity, density=float(density),

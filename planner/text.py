@@ -31,6 +31,8 @@ def layout_line(l: Layout) -> str:
         flags.append("flash-attn")
     if l.sequence_parallel:
         flags.append("seq-parallel")
+    if l.tp_comm_overlap:
+        flags.append("tp-comm-overlap")
     if l.sparsity.value != "dense":
         flags.append(f"sparsity {l.sparsity.value}")
     if l.grad_comm.value != "fp32":

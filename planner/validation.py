@@ -44,8 +44,13 @@ SOURCES = {
                   recompute="none", vpp=1, memory="allocated"),
     # NeMo 24.07: TE fused attention, distributed optimizer, sequence parallel when tp > 1.
     # Gradients reduced in bf16 (NeMo's default grad_reduce_in_fp32: false), so a bf16 grad buffer.
+    # TP communication pipelined with the GEMMs (ub_tp_comm_overlap: true) in the 70B Llama configs
+    # the 24.07 examples launch (NVIDIA/NeMo-Framework-Launcher @ 07a8f783, launcher_scripts/conf/
+    # training/llama/llama2_70b.yaml:136 and llama3_70b.yaml:136, examples/training/llama/h100/
+    # llama*_70b_fp8.sh); false for GPT-3 175B (gpt3/175b.yaml:149) and the tp = 1 models.
     "nemo2407": dict(framework="megatron-core", precision="fp8", flash=True, dropout=0.0,
-                     recompute="none", vpp=1, zero=1, sp_if_tp=True, vocab=51200, grad_comm="bf16"),
+                     recompute="none", vpp=1, zero=1, sp_if_tp=True, vocab=51200, grad_comm="bf16",
+                     tp_comm_overlap=("nemo2407-h100-fp8-llama2-70b", "nemo2407-h100-fp8-llama3-70b")),
     # BLOOM on Jean Zay: Megatron-DeepSpeed, no dropout, Omni-Path 4 x 100 Gb/s per 8-GPU node,
     # "4 inter-GPU NVLink connects" (no NVSwitch): 4 NVLink3 links = 100 GB/s each way per GPU.
     "bloom": dict(framework="megatron-deepspeed", flash=False, dropout=0.0, recompute="full", vpp=1,
@@ -161,6 +166,10 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     if sp is None:
         sp = bool(rules.get("sp_if_tp")) and p["tp"] > 1
     parallel["sequence_parallel"] = sp
+    overlap = p.get("tp_comm_overlap")
+    if overlap is None:
+        overlap = rec["id"] in rules.get("tp_comm_overlap", ())
+    parallel["tp_comm_overlap"] = bool(overlap) and bool(sp)
     if rules.get("grad_comm"):
         parallel["grad_comm"] = rules["grad_comm"]
     elif parallel["precision"] == "fp16":

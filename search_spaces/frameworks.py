@@ -110,6 +110,10 @@ MEGATRON_DEEPSPEED_RULES = (
          "(training.py skips reduce_model_grads), so the replicas drift; it is not used",
          ("sequence_parallel",), lambda ctx, c: c["sequence_parallel"] == 0,
          lambda ctx, v, e: v.m.add(v["sequence_parallel"] == 0).only_enforce_if(e)),
+    Rule("mds-no-tp-comm-overlap",
+         "Megatron-DeepSpeed has no --tp-comm-overlap (TP collectives pipelined with GEMMs are Megatron-Core's)",
+         ("tp_comm_overlap",), lambda ctx, c: c["tp_comm_overlap"] == 0,
+         lambda ctx, v, e: v.m.add(v["tp_comm_overlap"] == 0).only_enforce_if(e)),
     Rule("mds-fp8-transformer-engine",
          "fp8 needs Transformer Engine, which Megatron-DeepSpeed builds only without pipeline parallelism and "
          "with TE's defaults (LayerNorm, GeLU, biases, no GQA)", ("precision", "pp"),

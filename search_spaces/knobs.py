@@ -95,6 +95,9 @@ TABLE: tuple[Knob, ...] = (
          minimum=0, doc="uneven pipeline (Megatron-Core): layers on the last stage (0 = even)"),
     Knob("sequence_parallel", BOOL, "--sequence-parallel", "sequence_parallel", default=False,
          help="true,false", doc="Megatron sequence parallelism (--sequence-parallel)", explain=8),
+    Knob("tp_comm_overlap", BOOL, "--tp-comm-overlap", "tp_comm_overlap", default=False, help="true,false",
+         doc="TP collectives pipelined with their GEMMs (Megatron-Core --tp-comm-overlap, TE userbuffers; "
+             "needs sequence parallelism)", explain=13, structural=False),
     Knob("flash_attention", BOOL, "--flash-attention", "flash_attention", default=True, help="true,false",
          doc="FlashAttention kernels (--use-flash-attn-v2)", explain=12, structural=False),
     Knob("precision", ENUM, "--precision", "precision", help="fp16,bf16,fp8 (fp32 too)",

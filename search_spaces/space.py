@@ -138,6 +138,7 @@ def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequ
         "recompute": [r.code for r in Recompute],
         "recompute_layers": [0] + [k for k in _powers_of_two(layers) if k < layers],
         "sequence_parallel": [0, 1],
+        "tp_comm_overlap": [0, 1],
         "flash_attention": [1] if flash else [0],
         "precision": supported,
         "sparsity": [Sparsity.DENSE.code],

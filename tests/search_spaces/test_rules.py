@@ -52,12 +52,15 @@ def test_conflict_names_the_rule():
     ({"pp": 2, "zero": 3}, False, True),           # Megatron-LM FSDP works with pipelines
     ({"pp": 4, "vpp": 2}, False, True),            # interleaving only on the Megatron path
     ({"precision": 3, "pp": 1}, False, True),      # fp8 with GQA: TE in MDS has no GQA
+    ({"tp_comm_overlap": 1}, False, True),          # --tp-comm-overlap is Megatron-Core's
+    ({"tp_comm_overlap": 1, "sequence_parallel": 0, "tp": 1}, False, False),  # it needs sequence parallelism
 ])
 def test_framework_profiles_differ(values, ok_mds, ok_mlm):
     ctx = Ctx(MODEL, CLUSTER, 64)
     base = {"tp": 8, "pp": 1, "dp": 8, "cp": 1, "vpp": 1, "mbs": 1, "gbs": 512, "seq_len": 4096, "zero": 1,
             "offload_optimizer": 0, "offload_params": 0, "recompute": 0, "recompute_layers": 0,
-            "sequence_parallel": 1, "flash_attention": 1, "precision": 2, "sparsity": 0, "grad_comm": 0}
+            "sequence_parallel": 1, "flash_attention": 1, "precision": 2, "sparsity": 0, "grad_comm": 0,
+            "tp_comm_overlap": 0}
     base.update(values)
     base["dp"] = 64 // (base["tp"] * base["pp"] * base["cp"])
     cols = {k: np.array([v]) for k, v in base.items()}
