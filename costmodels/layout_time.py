@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .vec import asf, ceil, maximum, where
 
 from . import compute, memory, steptime
-from .comm import (members_per_domain, p2p_time, reduce_scatter_time, grad_comm_bytes_per_param,
+from .comm import (all_gather_time, members_per_domain, p2p_time, reduce_scatter_time, grad_comm_bytes_per_param,
                    weight_gather_bytes_per_param, zeropp_quantisation_bytes_per_param)
 from .stages import Knobs, StageParams, Stages, recomputed_layers
 from .types import ClusterSpec, Framework, ModelSpec
@@ -128,17 +128,22 @@ def microbatch_bodies(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs, sta
 
 def pipeline_send_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
     """Seconds per micro-batch of the pipeline's point-to-point sends."""
-    # Pipeline sends: activations forward, gradients backward; Megatron splits them over the TP
-    # ranks (scatter-gather optimisation, Narayanan et al. 2021, §4.1), DeepSpeed's PipelineEngine
-    # sends the whole tensor from every TP rank (deepspeed/runtime/pipe/p2p.py).
+    # Pipeline sends: activations forward, gradients backward. Split over the TP ranks, each rank
+    # sends 1/tp of the tensor and the receiving stage all-gathers it over TP again: Megatron's
+    # scatter-gather optimisation (Narayanan et al. 2021, §4.1) and DeepSpeed's PipelineEngine with
+    # tp > 1 (pipe_partitioned / grad_partitioned default true, runtime/config.py:466-467;
+    # runtime/pipe/engine.py:144-145 and 719-760: PartitionedTensor over the slice-parallel (TP)
+    # group, `.full()` all-gathers on receipt).
     crosses = k.tp * k.cp * k.dp >= c.nvlink_domain
-    split = k.tp if fw.pp_scatter_gather else 1.0
+    split = where(fw.pp_scatter_gather, k.tp, 1.0)
+    full = k.tokens * m.hidden * k.act_bytes
+    regather = where(split > 1, all_gather_time(full, k.tp, members_per_domain(k.tp, 1, c.nvlink_domain), c), 0.0)
     # Interleaving sends every micro-batch across vpp times as many stage boundaries (Narayanan et al.
     # 2021, §2.2.2: "the amount of communication also increases by v").
     # An interleaved schedule may post its sends and receives asynchronously and run the next model
     # chunk meanwhile (Megatron-Core overlap_p2p_comm); the framework says what share that hides.
     exposed = where(k.vpp > 1, 1.0 - fw.pp_overlap, 1.0)
-    sends = 2.0 * asf(k.vpp) * p2p_time(k.tokens * m.hidden * k.act_bytes / split, crosses, c)
+    sends = 2.0 * asf(k.vpp) * (p2p_time(full / split, crosses, c) + regather)
     return where(k.pp > 1, sends * exposed, 0.0)
 
 
