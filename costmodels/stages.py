@@ -49,13 +49,13 @@ class Knobs:
 def read_knobs(lb) -> Knobs:
     """`lb` (a LayoutBatch, or one Layout read like one) as numbers."""
     tp, pp, dp, cp, vpp = asf(lb.tp), asf(lb.pp), asf(lb.dp), asf(lb.cp), asf(lb.vpp)
+    sp = lb.sequence_parallel & (tp > 1)
     mbs, gbs, seq = asf(lb.mbs), asf(lb.gbs), asf(lb.seq_len)
     return Knobs(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq=seq,
                  zero=lb.zero, precision=lb.precision, recompute=lb.recompute,
                  recompute_layers=lb.recompute_layers,
                  first_stage_layers=asf(lb.first_stage_layers), last_stage_layers=asf(lb.last_stage_layers),
-                 sp=lb.sequence_parallel & (tp > 1),
-                 tp_pipelined=lb.tp_comm_overlap & lb.sequence_parallel & (tp > 1), flash=lb.flash_attention, sparsity=lb.sparsity,
+                 sp=sp, tp_pipelined=lb.tp_comm_overlap & sp, flash=lb.flash_attention, sparsity=lb.sparsity,
                  grad_comm=lb.grad_comm, offload_optimizer=lb.offload_optimizer, offload_params=lb.offload_params,
                  n_micro=gbs / (mbs * dp),
                  tokens=mbs * seq / cp,

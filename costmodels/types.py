@@ -274,7 +274,7 @@ class Framework:
     dp_overlap_zero0: float            # same for plain data parallelism (ZeRO-0)
     dp_overlap_pipelined: float        # same, when pipeline parallelism is used
     tp_overlap: float                  # share of backward TP collectives hidden behind GEMMs
-    pp_scatter_gather: bool            # pipeline sends split over TP ranks (Megatron), or whole (DeepSpeed)
+    pp_scatter_gather: bool            # pipeline sends split over the TP ranks and all-gathered on receipt
     pp_overlap: float                  # share of interleaved (vpp > 1) pipeline sends hidden behind compute
     attention_speedup: float           # fused-attention kernel speed relative to FlashAttention-2
     context_parallel: str              # "ulysses" (all-to-all over heads) or "ring" (K/V passed around)
