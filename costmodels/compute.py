@@ -141,6 +141,15 @@ def layer_elementwise_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precis
     return tokens * (where(sp, stream / tp, stream) + split / tp)
 
 
+def elementwise_backward_passes():
+    """Backward bytes of the memory-bound ops per forward byte: a forward op reads its input and
+    writes its output (2 tensors, what `layer_elementwise_bytes` counts); its backward reads the
+    saved input and the output gradient and writes the input gradient (3 tensors): layer norm
+    (apex / TE fused layer-norm backward: x, dy -> dx), GeLU / SwiGLU (x, dy -> dx), softmax
+    (y, dy -> dx), dropout (mask, dy -> dx). So 3/2 of the forward traffic."""
+    return 1.5
+
+
 def _kernel_counts(m: ModelSpec, flash):
     """Kernels one layer issues in eager Megatron (ParallelTransformerLayer, as in Megatron-LM 2021-22
     and Megatron-DeepSpeed; counted, not fitted). Forward: 2 norms, 4 weight GEMMs (biases folded
@@ -204,10 +213,11 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # LinearWithGradAccumulationAndAsyncCommunication.backward), so it is not charged.
     # Backward: input- and weight-gradient GEMMs (2x forward; 2:4 speeds up only the former),
     # attention backward 2.5x its forward with FlashAttention (recomputes QK^T; Dao 2023, §3.1.2), 2x
-    # without; elementwise ops read the saved input and the output gradient and write one gradient.
+    # without; elementwise ops read the saved input and the output gradient and write one gradient
+    # (`elementwise_backward_passes`).
     bwd = PhaseTimes(gemm=gemm_bwd,
                      attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
-                     elementwise=2.0 * elem / bw, kernels=n_bwd * gpu.kernel_overhead_s,
+                     elementwise=elementwise_backward_passes() * elem / bw, kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host,
                      tp_comm=tp_pass * minimum(1.0 - fw.tp_overlap, exposed))
     core_elem = where(flash, 0.0, tokens * m.num_heads * asf(seq_len) * 4.0 * e
