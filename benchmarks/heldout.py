@@ -54,9 +54,25 @@ def record_from_heldout(rec: dict) -> Record | None:
     if p.get("cp") is None:
         p["cp"] = 1
     layers, pp = int(rec["model"]["num_layers"]), int(p.get("pp") or 1)
+    interleaved = pp > 1 and p.get("vpp") is None and re.search(r"[Ii]nterleaved", str(rec.get("notes", "")))
     if "first and last stages carry one layer fewer" in str(rec.get("notes", "")) and (layers + 2) % pp == 0:
-        # Llama 3 405B (Dubey et al. 2024, §3.3.2): 126 layers on 16 stages, 7 / 8 x 14 / 7.
+        # Llama 3 405B (Dubey et al. 2024, §3.3.2): 126 layers on 16 stages, 7 / 8 x 14 / 7, under an
+        # interleaved schedule whose number of chunks V the paper does not give: 2 ASSUMED, the fewest
+        # an interleaved schedule has (the most pipeline bubble it can leave).
         p["first_stage_layers"] = p["last_stage_layers"] = (layers + 2) // pp - 1
+        if interleaved:
+            p["vpp"] = 2
+    elif interleaved and fw_name == "torchtitan":
+        # torchtitan @ 9dec370 with no split points given: a multi-stage schedule runs 2 stages per rank
+        # (torchtitan/parallelisms/pipelining_utils.py:24-27, generate_split_points), the first stage
+        # L // 2pp layers, the middle ones one more while layers remain, the last what is left; rank r
+        # holds stages r and r + pp. 126 layers on pp 8: 7 + 8 = 15 on the first and last rank, 16 on
+        # the others. Micro-batches default to the pp degree (pipelining_utils.py:80-81), as above.
+        stages = _torchtitan_split(layers, 2 * pp)
+        per_rank = [stages[r] + stages[r + pp] for r in range(pp)]
+        p["vpp"] = 2
+        if len(set(per_rank[1:-1])) <= 1 and per_rank[0] != per_rank[1]:
+            p["first_stage_layers"], p["last_stage_layers"] = per_rank[0], per_rank[-1]
     if fw_name == "megatron-lm" and prefix == "megascale" and p.get("recompute") is None:
         # MegaScale's Megatron-LM baseline (commit 285068c8, 2023-01) reports up to 53% MFU (Table 2);
         # full recompute would put its hardware FLOPs utilisation at 4/3 x that, 71%, above every
@@ -67,6 +83,17 @@ def record_from_heldout(rec: dict) -> Record | None:
     copy = {**rec, "parallel": p, "cluster": {**rec["cluster"], "gpu": gpu}}
     out = record_from_published(copy, rules=rules, source=f"heldout:{prefix}")
     return out
+
+
+def _torchtitan_split(num_layers: int, total_stages: int) -> list[int]:
+    """Layers per stage of torchtitan's generate_split_points @ 9dec370 (pipelining_utils.py:32-50)."""
+    base, extra = divmod(num_layers, total_stages)
+    sizes = [base]
+    for _ in range(total_stages - 2):
+        sizes.append(base + (1 if extra > 0 else 0))
+        extra -= 1 if extra > 0 else 0
+    sizes.append(num_layers - sum(sizes))
+    return sizes
 
 
 def load_heldout(path: str | os.PathLike | None = None) -> list[Record]:

@@ -255,9 +255,12 @@ STRUCTURAL = (
          lambda ctx, c: (c["recompute_layers"] == 0) | ((c["recompute"] == FULL)
                                                         & (c["recompute_layers"] * c["pp"] < ctx.model.num_layers)),
          _recompute_layers),
+    # An uneven split (first_stage_layers, not searched) has its own divisibility rules with vpp
+    # (frameworks.uneven_pipeline_error).
     Rule("interleaving-shape", "interleaved stages need pp > 2 and layers divisible by pp x vpp",
          ("vpp", "pp"),
-         lambda ctx, c: (c["vpp"] == 1) | ((c["pp"] > 2) & (ctx.model.num_layers % (c["pp"] * c["vpp"]) == 0)),
+         lambda ctx, c: (c["vpp"] == 1) | ((c["pp"] > 2) & ((ctx.model.num_layers % (c["pp"] * c["vpp"]) == 0)
+                                                          | (c.get("first_stage_layers", 0) > 0))),
          _vpp),
     Rule("learned-positions", "the sequence cannot exceed the {m.max_seq_len} learned position embeddings",
          ("seq_len",),

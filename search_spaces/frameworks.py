@@ -277,8 +277,23 @@ def uneven_pipeline_error(model, layout) -> str | None:
     if (middle == 0 and rest != 0) or (middle > 0 and (rest < middle or rest % middle)):
         return (f"first_stage_layers {first} + last_stage_layers {last} must leave the other "
                 f"{n - first - last} of the {n} layers evenly split over the {middle} middle stages")
-    if layout.vpp > 1:
-        return "an uneven split with interleaving (vpp > 1) is not modelled yet; use vpp = 1"
+    vpp = layout.vpp
+    if vpp > 1:
+        # Interleaving splits each stage into vpp chunks. Megatron-Core takes an uneven split with
+        # vpp in two ways: --decoder-first/last-pipeline-num-layers, each divisible by vpp (NVIDIA/
+        # Megatron-LM d98e8a64dd megatron/core/transformer/transformer_config.py:2306-2335), or
+        # --account-for-embedding/loss-in-pipeline-split, where the embedding and the loss count as
+        # one layer each, so the first and last stages hold one layer fewer than the others and every
+        # stage's count is divisible by vpp (transformer_block.py:150-160).
+        per_mid = rest // middle if middle else None
+        flags = first % vpp == 0 and last % vpp == 0 and (per_mid is None or per_mid % vpp == 0)
+        account = (first == last and (n + 2) % pp == 0 and first == (n + 2) // pp - 1
+                   and ((n + 2) // pp) % vpp == 0)
+        if not (flags or account):
+            return (f"with vpp {vpp}, first_stage_layers {first} and last_stage_layers {last} must each be "
+                    f"divisible by vpp (--decoder-first/last-pipeline-num-layers), or be one layer fewer "
+                    f"than the {(n + 2) // pp if (n + 2) % pp == 0 else 'other'} of every other stage with "
+                    f"that count divisible by vpp (--account-for-embedding/loss-in-pipeline-split)")
     return None
 
 

@@ -40,8 +40,11 @@ def values_to_layout(values: dict) -> Layout:
 
 
 def layout_columns(layout: Layout) -> dict[str, np.ndarray]:
-    """A Layout as one-row columns (the rules' input)."""
-    return {k: np.array([v], dtype=np.int64) for k, v in layout_values(layout).items()}
+    """A Layout as one-row columns (the rules' input), with its pipeline split (not searched)."""
+    cols = {k: np.array([v], dtype=np.int64) for k, v in layout_values(layout).items()}
+    for name in ("first_stage_layers", "last_stage_layers"):
+        cols[name] = np.array([getattr(layout, name)], dtype=np.int64)
+    return cols
 
 
 def columns_to_batch(cols: dict) -> LayoutBatch:
