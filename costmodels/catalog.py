@@ -492,6 +492,7 @@ def framework_from_dict(d: dict) -> Framework:
             zero3_recompute_gathers=float(d.get("zero3_recompute_gathers", 1.0)),
             zero3_gathers_per_layer=float(d.get("zero3_gathers_per_layer", 1.0)),
             zero3_reduce_bucket_params=float(d.get("zero3_reduce_bucket_params", 0.0)),
+            grad_accumulation_bytes=float(_require(d, "grad_accumulation_bytes", what)),
             allocator_fragmentation=float(d["allocator_fragmentation"]),
             cuda_context_bytes=q("cuda_context"),
             comm_buffer_bytes=q("comm_buffers"),

@@ -25,6 +25,7 @@ from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  #
 from .comm import all_reduce_time, members_per_domain
 from .gemm import gemm_time, on_distinct_rows
 from .memory import activation_bytes_per_element
+from .params import embedding_params, layer_params, output_params
 from .types import ClusterSpec, Framework, ModelSpec
 from .types import BF16, FP16, FP32, FP8  # named enum codes
 
@@ -150,6 +151,20 @@ def elementwise_backward_passes():
     return 1.5
 
 
+def grad_accumulation_bytes(m: ModelSpec, fw: Framework, tp, accumulates):
+    """Bytes one layer moves per micro-batch to accumulate its weight gradients outside the
+    weight-gradient GEMM: fw.grad_accumulation_bytes per parameter (a read of the new gradient and
+    of the accumulator, a write of the accumulator; 0 where the GEMM accumulates in its epilogue,
+    Megatron's gradient accumulation fusion), on the layer's 1/tp share of parameters. `accumulates`
+    is false where the gradient is reduce-scattered and dropped every micro-batch (ZeRO-3 / FSDP)."""
+    return where(accumulates, layer_params(m) * fw.grad_accumulation_bytes / asf(tp), 0.0)
+
+
+def edge_grad_accumulation_bytes(n_params, fw: Framework, tp, accumulates):
+    """The same for the embedding's or the output layer's `n_params` (vocab-parallel: 1/tp each)."""
+    return where(accumulates, n_params * fw.grad_accumulation_bytes / asf(tp), 0.0)
+
+
 def _kernel_counts(m: ModelSpec, flash):
     """Kernels one layer issues in eager Megatron (ParallelTransformerLayer, as in Megatron-LM 2021-22
     and Megatron-DeepSpeed; counted, not fitted). Forward: 2 norms, 4 weight GEMMs (biases folded
@@ -184,7 +199,7 @@ def tp_exposed_share(tp, pipelined):
 
 
 def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, seq_len, tp, sp,
-                 flash, precision, sparsity, tp_pipelined=False):
+                 flash, precision, sparsity, tp_pipelined=False, accumulates_grads=True):
     """Forward, backward and attention-core-only (selective recompute) phases of one layer."""
     gpu = cluster.gpu
     rate = gemm_rate(cluster, precision)
@@ -217,7 +232,9 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # (`elementwise_backward_passes`).
     bwd = PhaseTimes(gemm=gemm_bwd,
                      attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
-                     elementwise=elementwise_backward_passes() * elem / bw, kernels=n_bwd * gpu.kernel_overhead_s,
+                     elementwise=(elementwise_backward_passes() * elem
+                                  + grad_accumulation_bytes(m, fw, tp, accumulates_grads)) / bw,
+                     kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host,
                      tp_comm=tp_pass * minimum(1.0 - fw.tp_overlap, exposed))
     core_elem = where(flash, 0.0, tokens * m.num_heads * asf(seq_len) * 4.0 * e
@@ -228,7 +245,8 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     return fwd, bwd, core
 
 
-def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, tp, sp, precision):
+def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, tp, sp, precision,
+                        accumulates_grads=True):
     """Final norm, output projection 2 b s h V / t (Narayanan et al. 2021, eq. 3, V/16lh term) and
     the vocab-parallel cross entropy over fp32 logits (read/write passes over b s V / t elements)."""
     gpu = cluster.gpu
@@ -238,7 +256,8 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
     logits = tokens * m.vocab / asf(tp)
     bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
     fwd_bytes = logits * (e + 12.0) + tokens * m.hidden * 2.0 * e
-    bwd_bytes = logits * (e + 8.0) + tokens * m.hidden * 3.0 * e
+    bwd_bytes = (logits * (e + 8.0) + tokens * m.hidden * 3.0 * e
+                 + edge_grad_accumulation_bytes(output_params(m), fw, tp, accumulates_grads))
     zero = 0.0 * flop
     n_v = m.vocab / asf(tp)
     gemm_fwd, gemm_bwd = on_distinct_rows(
@@ -255,7 +274,8 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
     return fwd, bwd
 
 
-def embedding_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, tp, sp, precision):
+def embedding_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, tp, sp, precision,
+                     accumulates_grads=True):
     """Embedding lookup (+ positions) and its gradient scatter: memory-bound, b s h elements;
     the vocab-parallel lookup ends in an all-reduce over TP (Shoeybi et al. 2019, §3)."""
     gpu = cluster.gpu
@@ -268,7 +288,8 @@ def embedding_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, token
     fwd = PhaseTimes(gemm=zero, attention=zero, elementwise=3.0 * nbytes / bw,
                      kernels=3.0 * gpu.kernel_overhead_s + zero, host=4.0 * fw.host_overhead_s + zero,
                      tp_comm=comm)
-    bwd = PhaseTimes(gemm=zero, attention=zero, elementwise=3.0 * nbytes / bw,
+    grads = edge_grad_accumulation_bytes(embedding_params(m), fw, tp, accumulates_grads)
+    bwd = PhaseTimes(gemm=zero, attention=zero, elementwise=(3.0 * nbytes + grads) / bw,
                      kernels=3.0 * gpu.kernel_overhead_s + zero, host=4.0 * fw.host_overhead_s + zero,
                      tp_comm=zero)
     return fwd, bwd

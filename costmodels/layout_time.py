@@ -62,7 +62,7 @@ def layer_times(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs) -> LayerT
     """Per-micro-batch time of one transformer layer."""
     fwd, bwd, core = compute.layer_phases(m, c, fw, tokens=k.tokens, seq_len=k.seq, tp=k.tp, sp=k.sp,
                                           flash=k.flash, precision=k.precision, sparsity=k.sparsity,
-                                          tp_pipelined=k.tp_pipelined)
+                                          tp_pipelined=k.tp_pipelined, accumulates_grads=k.zero < ZERO3)
     cp_fwd, cp_bwd = context_parallel_exchange(m, c, fw, k, fwd, bwd)
     lf_gpu, lf_tp, lf_x = gpu_and_excess(fwd)
     lb_gpu, lb_tp, lb_x = gpu_and_excess(bwd)
@@ -88,8 +88,10 @@ def stage_body(k: Knobs, lt: LayerTimes, n_layers) -> dict:
 def edge_layers(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
     """Per-micro-batch time of the embedding (on the first stage) and of the output layer (on the
     last), forward and backward, by component: (first_extra, last_extra)."""
-    out_f, out_b = compute.output_layer_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision)
-    emb_f, emb_b = compute.embedding_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision)
+    out_f, out_b = compute.output_layer_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision,
+                                               accumulates_grads=k.zero < ZERO3)
+    emb_f, emb_b = compute.embedding_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision,
+                                            accumulates_grads=k.zero < ZERO3)
     ef_gpu, ef_tp, ef_x = gpu_and_excess(emb_f)
     eb_gpu, eb_tp, eb_x = gpu_and_excess(emb_b)
     of_gpu, of_tp, of_x = gpu_and_excess(out_f)

@@ -302,6 +302,8 @@ class Framework:
     fsdp_pp_unsharded: bool = False    # FSDP with PP: stage weights stay gathered, fp32 grads accumulate unsharded
     zero3_gathers_per_layer: float = 1.0   # ZeRO-3 / FSDP all-gather calls per layer and pass (fetch granularity)
     zero3_reduce_bucket_params: float = 0.0   # ZeRO-3 gradient reduce-scatter bucket; 0: one call per gather unit
+    grad_accumulation_bytes: float = 0.0      # bytes per parameter per micro-batch of gradient accumulation
+                                              # outside the weight-gradient GEMM (0: fused into it)
     source: str = ""
 
 

@@ -345,5 +345,36 @@ def test_elementwise_backward_moves_three_halves_of_forward():
     cluster = catalog.load_cluster("A100-80GB", num_gpus=8)
     fw = catalog.load_framework("megatron-deepspeed")
     fwd, bwd, _ = layer_phases(model, cluster, fw, tokens=4096, seq_len=4096, tp=1, sp=False, flash=False,
-                               precision=2, sparsity=0)
+                               precision=2, sparsity=0, accumulates_grads=False)
     assert float(bwd.elementwise) == pytest.approx(1.5 * float(fwd.elementwise))
+
+
+def test_gradient_accumulation_outside_the_gemm_is_charged_per_micro_batch():
+    """Megatron-DeepSpeed returns each weight gradient to autograd (its wgrad accumulation fusion is
+    commented out), so every micro-batch adds it into param.grad: 6 bytes per parameter of HBM
+    traffic that the model did not charge. Megatron-Core fuses it into the GEMM (0 bytes); ZeRO-3
+    drops the gradient after its reduce-scatter (nothing accumulates)."""
+    from dataclasses import replace
+    from costmodels.compute import layer_phases
+    from costmodels.estimate import estimate
+    from costmodels.params import layer_params
+    from costmodels.types import Layout
+    model = catalog.load_model("llama2-7b")
+    cluster = catalog.load_cluster("A100-80GB", num_gpus=8)
+    mds = catalog.load_framework("megatron-deepspeed")
+    assert mds.grad_accumulation_bytes == 6
+    assert catalog.load_framework("megatron-core").grad_accumulation_bytes == 0
+    kw = dict(tokens=4096, seq_len=4096, tp=2, sp=False, flash=True, precision=2, sparsity=0)
+    _, with_acc, _ = layer_phases(model, cluster, mds, **kw)
+    _, without, _ = layer_phases(model, cluster, mds, accumulates_grads=False, **kw)
+    bw = cluster.gpu.hbm_bytes_per_s * cluster.gpu.hbm_efficiency
+    assert float(with_acc.elementwise - without.elementwise) == pytest.approx(layer_params(model) / 2 * 6 / bw)
+    # in a whole step: every micro-batch pays it (8 micro-batches of 1 here), and ZeRO-3 does not
+    layout = Layout(tp=1, pp=1, dp=8, mbs=1, gbs=64, seq_len=4096, zero=1)
+    free = replace(mds, grad_accumulation_bytes=0.0)
+    extra = estimate(model, cluster, mds, layout).step_time_s - estimate(model, cluster, free, layout).step_time_s
+    from costmodels.params import total_params
+    assert extra == pytest.approx(8 * total_params(model) * 6 / bw, rel=0.05)
+    z3 = replace(layout, zero=3)
+    assert estimate(model, cluster, mds, z3).step_time_s == pytest.approx(
+        estimate(model, cluster, free, z3).step_time_s)
