@@ -115,6 +115,22 @@ def _check_yaml_shape(text: str, what: str, path) -> None:
                             "refusing it")
 
 
+def _check_text(data, what: str, path, where: str = "") -> None:
+    """Every string of a parsed file must be Unicode text: a YAML or JSON escape such as \\ud800 gives a
+    lone surrogate, which no file or terminal can encode (it would end the run in a traceback)."""
+    if isinstance(data, str):
+        if any("\ud800" <= ch <= "\udfff" for ch in data):
+            raise SpecError(f"{what} file '{path}'{where} holds a lone surrogate escape (\\ud800-\\udfff), "
+                            "which is not a character; write the text itself or drop the escape")
+    elif isinstance(data, dict):
+        for k, v in data.items():
+            _check_text(k, what, path, where)
+            _check_text(v, what, path, f" (key '{k}')" if isinstance(k, str) and not where else where)
+    elif isinstance(data, list):
+        for v in data:
+            _check_text(v, what, path, where)
+
+
 def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
     """Load a user's YAML/JSON file into a dict, with one-line errors for every way it can fail."""
     text = read_text_file(path, what)
@@ -132,6 +148,7 @@ def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
         raise SpecError(f"{what} file '{path}' is empty")
     if not isinstance(data, dict):
         raise SpecError(f"{what} file '{path}' must hold a mapping of keys, not {type(data).__name__}")
+    _check_text(data, what, path)
     return data
 
 
@@ -143,7 +160,9 @@ def read_json_file(path: str | os.PathLike, what: str):
         raise SpecError(f"{what} file '{path}' holds {name}, which is not a number JSON allows")
 
     try:
-        return json.loads(text, parse_constant=constant)
+        data = json.loads(text, parse_constant=constant)
+        _check_text(data, what, path)
+        return data
     except json.JSONDecodeError as exc:
         raise SpecError(f"{what} file '{path}' is not valid JSON at line {exc.lineno}: {exc.msg}") from None
     except RecursionError:

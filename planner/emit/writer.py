@@ -48,7 +48,7 @@ def render_files(result, launcher: str = "deepspeed", probe: int = 0) -> dict[st
     figures = render_figures(data, result)
     files.update(figures)
     files["plan.json"] = (json.dumps(data, indent=2, sort_keys=True, default=_default) + "\n").encode()
-    files["report.md"] = render_report(data, figures=figures).encode()
+    files["report.md"] = render_report(data, figures=figures).encode("utf-8", errors="backslashreplace")
     return files
 
 
@@ -217,5 +217,5 @@ def write_report_dir(data: dict, out, force: bool = False, inputs=()) -> Path:
 
     figures = render_figures(data, None)
     files = dict(figures)
-    files["report.md"] = render_report(data, figures=figures).encode()
+    files["report.md"] = render_report(data, figures=figures).encode("utf-8", errors="backslashreplace")
     return write_files(files, out, force=force, inputs=inputs)

@@ -211,6 +211,9 @@ HOSTILE = {
     "hf_rope.json": HF.format(h=4096, l=32, extra=', "rope_theta": "fast"'),
     "hf_tie.json": HF.format(h=4096, l=32, extra=', "tie_word_embeddings": "yes"'),
     "hf_act.json": HF.format(h=4096, l=32, extra=', "hidden_act": 5'),
+    # a lone surrogate escape parses to a string no file or terminal can encode (was a traceback)
+    "hf_surrogate.json": HF.format(h=4096, l=32, extra=', "torch_dtype": "\\ud800"'),
+    "surrogate.yaml": f"model: {{{MODEL4}, name: \"evil\\ud800\"}}\ncluster: H100-SXM\nparallel: {{tp: 1, pp: 1, dp: 8}}\n",
     "laughs.yaml": LAUGHS,
     "deep.yaml": "[" * 5000 + "]" * 5000 + "\n",
     "deep.json": "[" * 50000 + "]" * 50000,
@@ -269,6 +272,9 @@ HOSTILE_TABLE = [
      "tie_word_embeddings must be true or false"),
     ("HF hidden_act a number", PLAN_ARGS[:1] + ["--model", "{d}/hf_act.json", "--cluster", "H100-SXM"],
      "hidden_act must be a string"),
+    ("lone surrogate in config.json", PLAN_ARGS[:1] + ["--model", "{d}/hf_surrogate.json", "--cluster", "H100-SXM"],
+     "(key 'torch_dtype') holds a lone surrogate escape"),
+    ("lone surrogate in a model name", ["estimate", "{d}/surrogate.yaml"], "holds a lone surrogate escape"),
 ]
 
 
