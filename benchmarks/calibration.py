@@ -1,6 +1,6 @@
 """Does calibration help? (issue 9 part 5): step-time error before and after `planner calibrate`.
 
-Usage: python benchmarks/calibration.py [--data DIR] [--json FILE]
+Usage: python benchmarks/calibration.py [--data DIR] [--json FILE] [--loso-from VALIDATE_JSON]
 
 (a) vTrain single node (../shared/validation/vtrain/ground_truth_single.csv, Megatron-DeepSpeed on
     A100): calibrate on the 2- and 4-GPU rows, predict the 8-GPU rows.
@@ -10,7 +10,10 @@ Usage: python benchmarks/calibration.py [--data DIR] [--json FILE]
 Before = the catalog's constants (benchmarks/fit.py, fitted on all sources, so (b) is in-sample
 before calibration: the gain it shows is a lower bound on the gain for a new cluster); after = the
 constants `planner calibrate` refits (planner/calibrate.py: compute scale, network efficiency,
-per-step overhead).
+per-step overhead; as many of them as there are calibration runs).
+(c) With --loso-from (the JSON `benchmarks/validate.py --json` writes): (b) again, but each source
+    starts from the constants refitted without it (its leave-one-source-out refit), which is what a
+    team on a cluster the catalog was never fitted to starts from.
 """
 from __future__ import annotations
 
@@ -23,13 +26,17 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from planner.calibrate import Run, fit, predict  # noqa: E402
 from planner.validation import cases, load_records  # noqa: E402
 
 
-def runs_of(records) -> list[Run]:
-    return [Run(r.id, r.source, c, float(r.measured_step_s)) for r, c in zip(records, cases(records))]
+def runs_of(records, overrides=None) -> list[Run]:
+    prepared = cases(records)
+    if overrides is not None:
+        prepared = [overrides(c) for c in prepared]
+    return [Run(r.id, r.source, c, float(r.measured_step_s)) for r, c in zip(records, prepared)]
 
 
 def mape(pred, runs) -> float:
@@ -49,14 +56,19 @@ def vtrain(records) -> dict:
             "test_mape_after": mape(predict(test, cal.constants), test)}
 
 
-def per_source(records) -> dict:
+def per_source(records, loso_refits=None) -> dict:
+    """(b), or (c) when `loso_refits` ({source: fitted values}, validate.py's JSON) is given."""
     out = {}
     by_source: dict[str, list] = {}
     for r in records:
         if r.source != "vtrain":
             by_source.setdefault(r.source, []).append(r)
     for source, recs in sorted(by_source.items()):
-        runs = runs_of(recs)
+        overrides = None
+        if loso_refits is not None:
+            import fit as fitmod
+            overrides = fitmod.make_overrides(loso_refits[source])
+        runs = runs_of(recs, overrides)
         if len(runs) < 2:
             continue
         before, after = [], []
@@ -74,6 +86,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None)
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--loso-from", default=None,
+                    help="validate.py --json output: also run (c), starting each source from its LOSO refit")
     args = ap.parse_args(argv)
     records = load_records(args.data)
     a = vtrain(records)
@@ -81,8 +95,22 @@ def main(argv=None) -> int:
     print(f"    calibration rows {a['train_runs']}: MAPE {a['train_mape_before']:.1%} -> {a['train_mape_after']:.1%}")
     print(f"    8-GPU rows {a['test_runs']}:       MAPE {a['test_mape_before']:.1%} -> {a['test_mape_after']:.1%}")
     print("    constants: " + ", ".join(f"{k} {v:.4g}" for k, v in a["constants"].items()))
-    b = per_source(records)
-    print("(b) per published source: calibrate on one run, predict the rest (mean over the choice of run)")
+    report = {"vtrain": a}
+    for label, title, refits in (("per_source", "(b) per published source, from the catalog (in-sample)", None),
+                                 ("per_source_loso", "(c) per published source, from its leave-one-source-out "
+                                                     "refit (a cluster the catalog never saw)",
+                                  json.loads(Path(args.loso_from).read_text())["loso_refits"]
+                                  if args.loso_from else None)):
+        if label == "per_source_loso" and refits is None:
+            continue
+        report[label] = section(title, per_source(records, refits))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def section(title, b) -> dict:
+    print(title + ": calibrate on one run, predict the rest (mean over the choice of run)")
     print(f"    {'source':16s} {'runs':>4s} {'before':>8s} {'after':>8s}  better")
     for s, v in b.items():
         print(f"    {s:16s} {v['runs']:4d} {v['mape_before']:8.1%} {v['mape_after']:8.1%}  "
@@ -91,10 +119,7 @@ def main(argv=None) -> int:
     ma = float(np.mean([v["mape_after"] for v in b.values()]))
     within = sum(v["mape_after"] <= 0.05 for v in b.values())
     print(f"    mean of sources: {mb:.1%} -> {ma:.1%}; {within} of {len(b)} sources within 5% after")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"vtrain": a, "per_source": b, "mean_before": mb, "mean_after": ma},
-                                              indent=2))
-    return 0
+    return {"sources": b, "mean_before": mb, "mean_after": ma, "sources_within_5pct": within}
 
 
 if __name__ == "__main__":
