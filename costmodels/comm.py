@@ -5,10 +5,12 @@ pipeline: rank = tp_rank + t*(cp_rank + c*(dp_rank + d*pp_rank)), as Megatron-LM
 `parallel_state` and picotron's `arange(world).view(dp, pp, cp, tp)`. A group of `size` ranks
 with `stride` between members has min(size, domain // stride) members in each NVLink domain.
 
-Collectives are hierarchical and pipelined, as NCCL runs them: a ring inside each NVLink domain and
-a ring across domains in which every GPU drives its own NIC with 1/k of the data, the two tiers
-streaming chunk by chunk, so the slower tier bounds the time instead of the two adding up (NCCL's
-rings over NVLink + NICs; Thakur et al. 2005 for the ring costs). Each ring step costs one latency
+Collectives are pipelined over two tiers, as NCCL runs them: one flat ring through every rank, whose
+steps inside an NVLink domain run on NVLink and whose crossings between domains run on the NICs, each
+of the domain's k GPUs driving its own NIC with 1/k of the crossing traffic (one channel per NIC);
+the tiers stream chunk by chunk, so the slower tier bounds the time instead of the two adding up
+(NCCL's rings over NVLink + NICs; Thakur et al. 2005 for the ring costs). Every crossing carries
+(n-1)/n of the bytes, as every chunk passes every rank (`_tiers`). Each ring step costs one latency
 alpha of the link it crosses, so small messages and large groups are latency-bound (the alpha-beta
 model, Hockney 1994: the achieved bandwidth of an S-byte message is S / (S/B + steps * alpha)). The
 ring visits every rank: of its n-1 steps (2(n-1) for all-reduce) d-1 cross domains and n-d stay on
@@ -50,12 +52,19 @@ def _call(size, cluster: ClusterSpec):
 
 
 def _tiers(nbytes, size, k, cluster: ClusterSpec):
-    """(bandwidth time, domains) of one ring pass."""
+    """(bandwidth time, domains) of one ring pass. The ring is flat (NCCL has no hierarchical
+    reduce-scatter on NVLink + NIC systems without NVLink SHARP): every chunk passes every rank, so
+    each crossing between domains carries (n-1)/n of the bytes, and the domain's k GPUs each drive
+    their own NIC with 1/k of them (one channel per NIC): (n-1)/n x bytes / (k x NIC bandwidth) per
+    pass. That is nccl-tests' all-reduce bus bandwidth across nodes equal to the node's NIC bandwidth:
+    nodes of 8 A100 with 4 x 200 Gb/s HDR (100 GB/s) measure 86-91 GB/s on 2 nodes and 85 on 3
+    (NVIDIA/nccl-tests#100, #175, #119), where a hierarchical ring would move only (d-1)/d of the
+    bytes across nodes and report about twice that on 2 nodes."""
     size = asf(size)
     domains = size / k
     intra = _ring_bandwidth_time(nbytes, k, cluster.nvlink_bytes_per_s * cluster.nvlink_efficiency)
-    inter = _ring_bandwidth_time(nbytes / k, domains,
-                                 cluster.network_bytes_per_s * cluster.network_efficiency)
+    inter = where(domains > 1.0, _ring_bandwidth_time(nbytes / k, size,
+                                                      cluster.network_bytes_per_s * cluster.network_efficiency), 0.0)
     return maximum(intra, inter), domains
 
 

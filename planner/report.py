@@ -15,7 +15,7 @@ SOURCES = [
     ("Activation memory", "Korthikanti et al. 2022 §4, Table 2 (sbh(34 + 5as/h), sequence parallelism, selective recompute)"),
     ("Optimizer / ZeRO memory", "Rajbhandari et al. 2020 (arXiv:1910.02054) §3.1 and Fig. 1; DeepSpeed BF16_Optimizer"),
     ("Pipeline schedule and bubble", "Narayanan et al. 2021 §2.2 (1F1B, interleaved: (p-1)/(v m))"),
-    ("Collectives", "Thakur et al. 2005; Patarasuk & Yuan 2009 (ring all-reduce 2(n-1)/n); hierarchical per NVLink domain"),
+    ("Collectives", "Thakur et al. 2005; Patarasuk & Yuan 2009 (ring all-reduce 2(n-1)/n); one flat ring over NVLink and the NICs, each domain crossing carrying (n-1)/n of the bytes"),
     ("ZeRO-Offload / Infinity", "Ren et al. 2021 (arXiv:2101.06840); Rajbhandari et al. 2021 (arXiv:2104.07857)"),
     ("Sequence parallel (Ulysses)", "Jacobs et al. 2023 (arXiv:2309.14509) §3.1"),
     ("FlashAttention", "Dao 2023 (arXiv:2307.08691)"),
