@@ -151,18 +151,21 @@ def elementwise_backward_passes():
     return 1.5
 
 
-def grad_accumulation_bytes(m: ModelSpec, fw: Framework, tp, accumulates):
+def grad_accumulation_bytes(m: ModelSpec, fw: Framework, tp, bytes_per_param=None):
     """Bytes one layer moves per micro-batch to accumulate its weight gradients outside the
-    weight-gradient GEMM: fw.grad_accumulation_bytes per parameter (a read of the new gradient and
-    of the accumulator, a write of the accumulator; 0 where the GEMM accumulates in its epilogue,
-    Megatron's gradient accumulation fusion), on the layer's 1/tp share of parameters. `accumulates`
-    is false where the gradient is reduce-scattered and dropped every micro-batch (ZeRO-3 / FSDP)."""
-    return where(accumulates, layer_params(m) * fw.grad_accumulation_bytes / asf(tp), 0.0)
+    weight-gradient GEMM: `bytes_per_param` (default fw.grad_accumulation_bytes: a read of the new
+    gradient and of the accumulator, a write of the accumulator; 0 where the GEMM accumulates in its
+    epilogue, Megatron's gradient accumulation fusion) on the layer's 1/tp share of parameters. The
+    layout decides the bytes (layout_time.grad_accumulation_bytes_per_param: none under ZeRO-3,
+    more under DeepSpeed's BF16_Optimizer)."""
+    b = fw.grad_accumulation_bytes if bytes_per_param is None else bytes_per_param
+    return layer_params(m) * b / asf(tp)
 
 
-def edge_grad_accumulation_bytes(n_params, fw: Framework, tp, accumulates):
+def edge_grad_accumulation_bytes(n_params, fw: Framework, tp, bytes_per_param=None):
     """The same for the embedding's or the output layer's `n_params` (vocab-parallel: 1/tp each)."""
-    return where(accumulates, n_params * fw.grad_accumulation_bytes / asf(tp), 0.0)
+    b = fw.grad_accumulation_bytes if bytes_per_param is None else bytes_per_param
+    return n_params * b / asf(tp)
 
 
 def _kernel_counts(m: ModelSpec, flash):
@@ -199,7 +202,7 @@ def tp_exposed_share(tp, pipelined):
 
 
 def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, seq_len, tp, sp,
-                 flash, precision, sparsity, tp_pipelined=False, accumulates_grads=True):
+                 flash, precision, sparsity, tp_pipelined=False, grad_bytes_per_param=None):
     """Forward, backward and attention-core-only (selective recompute) phases of one layer."""
     gpu = cluster.gpu
     rate = gemm_rate(cluster, precision)
@@ -233,7 +236,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     bwd = PhaseTimes(gemm=gemm_bwd,
                      attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
                      elementwise=(elementwise_backward_passes() * elem
-                                  + grad_accumulation_bytes(m, fw, tp, accumulates_grads)) / bw,
+                                  + grad_accumulation_bytes(m, fw, tp, grad_bytes_per_param)) / bw,
                      kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host,
                      tp_comm=tp_pass * minimum(1.0 - fw.tp_overlap, exposed))
@@ -246,7 +249,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
 
 
 def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, tp, sp, precision,
-                        accumulates_grads=True):
+                        grad_bytes_per_param=None):
     """Final norm, output projection 2 b s h V / t (Narayanan et al. 2021, eq. 3, V/16lh term) and
     the vocab-parallel cross entropy over fp32 logits (read/write passes over b s V / t elements)."""
     gpu = cluster.gpu
@@ -257,7 +260,7 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
     bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
     fwd_bytes = logits * (e + 12.0) + tokens * m.hidden * 2.0 * e
     bwd_bytes = (logits * (e + 8.0) + tokens * m.hidden * 3.0 * e
-                 + edge_grad_accumulation_bytes(output_params(m), fw, tp, accumulates_grads))
+                 + edge_grad_accumulation_bytes(output_params(m), fw, tp, grad_bytes_per_param))
     zero = 0.0 * flop
     n_v = m.vocab / asf(tp)
     gemm_fwd, gemm_bwd = on_distinct_rows(
@@ -275,7 +278,7 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
 
 
 def embedding_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, tp, sp, precision,
-                     accumulates_grads=True):
+                     grad_bytes_per_param=None):
     """Embedding lookup (+ positions) and its gradient scatter: memory-bound, b s h elements;
     the vocab-parallel lookup ends in an all-reduce over TP (Shoeybi et al. 2019, §3)."""
     gpu = cluster.gpu
@@ -288,7 +291,7 @@ def embedding_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, token
     fwd = PhaseTimes(gemm=zero, attention=zero, elementwise=3.0 * nbytes / bw,
                      kernels=3.0 * gpu.kernel_overhead_s + zero, host=4.0 * fw.host_overhead_s + zero,
                      tp_comm=comm)
-    grads = edge_grad_accumulation_bytes(embedding_params(m), fw, tp, accumulates_grads)
+    grads = edge_grad_accumulation_bytes(embedding_params(m), fw, tp, grad_bytes_per_param)
     bwd = PhaseTimes(gemm=zero, attention=zero, elementwise=(3.0 * nbytes + grads) / bw,
                      kernels=3.0 * gpu.kernel_overhead_s + zero, host=4.0 * fw.host_overhead_s + zero,
                      tp_comm=zero)

@@ -58,11 +58,27 @@ def context_parallel_exchange(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Kn
             steptime.cp_exchange_time(2.0 * kv_bytes, k.cp, k.tp, bwd.attention, c))
 
 
+# DeepSpeed's BF16_Optimizer moves every micro-batch's bf16 gradients into its fp32 buffer as soon as
+# backward ends (DeepSpeed 0.16.2 engine.py backward -> bf16_optimizer.py backward -> update_hp_grads ->
+# _update_hp_grad: hp_grad.add_(lp.grad.to(fp32))): the cast reads 2 bytes and writes 4, the add
+# reads 4 + 4 and writes 4.
+BF16_OPTIMIZER_GRAD_BYTES = 18.0
+
+
+def grad_accumulation_bytes_per_param(fw: Framework, k: Knobs):
+    """Bytes per parameter and micro-batch of gradient accumulation outside the weight-gradient GEMM:
+    none under ZeRO-3 / FSDP (each micro-batch's gradient is reduce-scattered and dropped),
+    BF16_OPTIMIZER_GRAD_BYTES where DeepSpeed's BF16_Optimizer runs, else the framework's."""
+    bf16_opt = memory.bf16_optimizer_in_use(k.precision, k.zero, fw)
+    return where(k.zero >= ZERO3, 0.0, where(bf16_opt, BF16_OPTIMIZER_GRAD_BYTES, fw.grad_accumulation_bytes))
+
+
 def layer_times(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs) -> LayerTimes:
     """Per-micro-batch time of one transformer layer."""
     fwd, bwd, core = compute.layer_phases(m, c, fw, tokens=k.tokens, seq_len=k.seq, tp=k.tp, sp=k.sp,
                                           flash=k.flash, precision=k.precision, sparsity=k.sparsity,
-                                          tp_pipelined=k.tp_pipelined, accumulates_grads=k.zero < ZERO3)
+                                          tp_pipelined=k.tp_pipelined,
+                                          grad_bytes_per_param=grad_accumulation_bytes_per_param(fw, k))
     cp_fwd, cp_bwd = context_parallel_exchange(m, c, fw, k, fwd, bwd)
     lf_gpu, lf_tp, lf_x = gpu_and_excess(fwd)
     lb_gpu, lb_tp, lb_x = gpu_and_excess(bwd)
@@ -89,9 +105,9 @@ def edge_layers(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
     """Per-micro-batch time of the embedding (on the first stage) and of the output layer (on the
     last), forward and backward, by component: (first_extra, last_extra)."""
     out_f, out_b = compute.output_layer_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision,
-                                               accumulates_grads=k.zero < ZERO3)
+                                               grad_bytes_per_param=grad_accumulation_bytes_per_param(fw, k))
     emb_f, emb_b = compute.embedding_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision,
-                                            accumulates_grads=k.zero < ZERO3)
+                                            grad_bytes_per_param=grad_accumulation_bytes_per_param(fw, k))
     ef_gpu, ef_tp, ef_x = gpu_and_excess(emb_f)
     eb_gpu, eb_tp, eb_x = gpu_and_excess(emb_b)
     of_gpu, of_tp, of_x = gpu_and_excess(out_f)

@@ -345,7 +345,7 @@ def test_elementwise_backward_moves_three_halves_of_forward():
     cluster = catalog.load_cluster("A100-80GB", num_gpus=8)
     fw = catalog.load_framework("megatron-deepspeed")
     fwd, bwd, _ = layer_phases(model, cluster, fw, tokens=4096, seq_len=4096, tp=1, sp=False, flash=False,
-                               precision=2, sparsity=0, accumulates_grads=False)
+                               precision=2, sparsity=0, grad_bytes_per_param=0.0)
     assert float(bwd.elementwise) == pytest.approx(1.5 * float(fwd.elementwise))
 
 
@@ -366,7 +366,7 @@ def test_gradient_accumulation_outside_the_gemm_is_charged_per_micro_batch():
     assert catalog.load_framework("megatron-core").grad_accumulation_bytes == 0
     kw = dict(tokens=4096, seq_len=4096, tp=2, sp=False, flash=True, precision=2, sparsity=0)
     _, with_acc, _ = layer_phases(model, cluster, mds, **kw)
-    _, without, _ = layer_phases(model, cluster, mds, accumulates_grads=False, **kw)
+    _, without, _ = layer_phases(model, cluster, mds, grad_bytes_per_param=0.0, **kw)
     bw = cluster.gpu.hbm_bytes_per_s * cluster.gpu.hbm_efficiency
     assert float(with_acc.elementwise - without.elementwise) == pytest.approx(layer_params(model) / 2 * 6 / bw)
     # in a whole step: every micro-batch pays it (8 micro-batches of 1 here), and ZeRO-3 does not
@@ -378,3 +378,20 @@ def test_gradient_accumulation_outside_the_gemm_is_charged_per_micro_batch():
     z3 = replace(layout, zero=3)
     assert estimate(model, cluster, mds, z3).step_time_s == pytest.approx(
         estimate(model, cluster, free, z3).step_time_s)
+
+
+def test_bf16_optimizer_moves_every_micro_batch_gradient_into_fp32():
+    """DeepSpeed's BF16_Optimizer (bf16 at ZeRO-0, what the planner emits there) runs update_hp_grads
+    after every backward (0.16.2 engine.py backward, pipe/engine.py:864-867): hp_grad.add_(lp.grad.to(
+    fp32)) reads 2 + 4 + 4 bytes and writes 4 + 4 per parameter, 18 in all, where autograd's add into
+    param.grad moves 6."""
+    from costmodels.layout_time import BF16_OPTIMIZER_GRAD_BYTES, grad_accumulation_bytes_per_param
+    from costmodels.stages import read_knobs
+    from costmodels.types import Layout, LayoutBatch, Precision
+    mds = catalog.load_framework("megatron-deepspeed")
+    layouts = [Layout(tp=1, pp=1, dp=8, mbs=1, gbs=64, seq_len=4096, zero=z, precision=p)
+               for z, p in ((0, Precision.BF16), (1, Precision.BF16), (0, Precision.FP16), (3, Precision.BF16))]
+    k = read_knobs(LayoutBatch.from_layouts(layouts))
+    got = [float(x) for x in grad_accumulation_bytes_per_param(mds, k)]
+    assert BF16_OPTIMIZER_GRAD_BYTES == 18.0
+    assert got == [18.0, 6.0, 6.0, 0.0]
