@@ -317,7 +317,6 @@ def main(argv=None):
 
     def nested(source):
         t, _ = build_table(report, records, prepared, [r for r in rows if r["source"] != source])
-        t["step_time"]["width_scale"] = table["step_time"].get("width_scale", 1.0)
         return t
 
     terms = band_terms(nested, rows, records, prepared, report)

@@ -10,7 +10,7 @@ Usage: python benchmarks/calibration.py [--data DIR] [--json FILE] [--loso-from 
 Before = the catalog's constants (benchmarks/fit.py, fitted on all sources, so (b) is in-sample
 before calibration: the gain it shows is a lower bound on the gain for a new cluster); after = the
 constants `planner calibrate` refits (planner/calibrate.py: compute scale, network efficiency,
-per-step overhead; as many of them as there are calibration runs).
+per-step overhead; those no calibration run responds to are kept).
 (c) With --loso-from (the JSON `benchmarks/validate.py --json` writes): (b) again, but each source
     starts from the constants refitted without it (its leave-one-source-out refit), which is what a
     team on a cluster the catalog was never fitted to starts from.

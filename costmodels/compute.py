@@ -151,19 +151,13 @@ def elementwise_backward_passes():
     return 1.5
 
 
-def grad_accumulation_bytes(m: ModelSpec, fw: Framework, tp, bytes_per_param=None):
-    """Bytes one layer moves per micro-batch to accumulate its weight gradients outside the
-    weight-gradient GEMM: `bytes_per_param` (default fw.grad_accumulation_bytes: a read of the new
-    gradient and of the accumulator, a write of the accumulator; 0 where the GEMM accumulates in its
-    epilogue, Megatron's gradient accumulation fusion) on the layer's 1/tp share of parameters. The
-    layout decides the bytes (layout_time.grad_accumulation_bytes_per_param: none under ZeRO-3,
-    more under DeepSpeed's BF16_Optimizer)."""
-    b = fw.grad_accumulation_bytes if bytes_per_param is None else bytes_per_param
-    return layer_params(m) * b / asf(tp)
-
-
-def edge_grad_accumulation_bytes(n_params, fw: Framework, tp, bytes_per_param=None):
-    """The same for the embedding's or the output layer's `n_params` (vocab-parallel: 1/tp each)."""
+def grad_accumulation_bytes(n_params, fw: Framework, tp, bytes_per_param=None):
+    """Bytes moved per micro-batch to accumulate the weight gradients of `n_params` parameters (a
+    layer's, the embedding's, the output layer's; each split 1/tp) outside the weight-gradient GEMM:
+    `bytes_per_param` (default fw.grad_accumulation_bytes: a read of the new gradient and of the
+    accumulator, a write of the accumulator; 0 where the GEMM accumulates in its epilogue, Megatron's
+    gradient accumulation fusion). The layout decides the bytes (layout_time.grad_accumulation_bytes_per_param:
+    none under ZeRO-3, more under DeepSpeed's BF16_Optimizer)."""
     b = fw.grad_accumulation_bytes if bytes_per_param is None else bytes_per_param
     return n_params * b / asf(tp)
 
@@ -236,7 +230,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     bwd = PhaseTimes(gemm=gemm_bwd,
                      attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
                      elementwise=(elementwise_backward_passes() * elem
-                                  + grad_accumulation_bytes(m, fw, tp, grad_bytes_per_param)) / bw,
+                                  + grad_accumulation_bytes(layer_params(m), fw, tp, grad_bytes_per_param)) / bw,
                      kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host,
                      tp_comm=tp_pass * minimum(1.0 - fw.tp_overlap, exposed))
@@ -260,7 +254,7 @@ def output_layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, to
     bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
     fwd_bytes = logits * (e + 12.0) + tokens * m.hidden * 2.0 * e
     bwd_bytes = (logits * (e + 8.0) + tokens * m.hidden * 3.0 * e
-                 + edge_grad_accumulation_bytes(output_params(m), fw, tp, grad_bytes_per_param))
+                 + grad_accumulation_bytes(output_params(m), fw, tp, grad_bytes_per_param))
     zero = 0.0 * flop
     n_v = m.vocab / asf(tp)
     gemm_fwd, gemm_bwd = on_distinct_rows(
@@ -291,7 +285,7 @@ def embedding_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, token
     fwd = PhaseTimes(gemm=zero, attention=zero, elementwise=3.0 * nbytes / bw,
                      kernels=3.0 * gpu.kernel_overhead_s + zero, host=4.0 * fw.host_overhead_s + zero,
                      tp_comm=comm)
-    grads = edge_grad_accumulation_bytes(embedding_params(m), fw, tp, grad_bytes_per_param)
+    grads = grad_accumulation_bytes(embedding_params(m), fw, tp, grad_bytes_per_param)
     bwd = PhaseTimes(gemm=zero, attention=zero, elementwise=(3.0 * nbytes + grads) / bw,
                      kernels=3.0 * gpu.kernel_overhead_s + zero, host=4.0 * fw.host_overhead_s + zero,
                      tp_comm=zero)

@@ -104,10 +104,11 @@ def stage_body(k: Knobs, lt: LayerTimes, n_layers) -> dict:
 def edge_layers(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
     """Per-micro-batch time of the embedding (on the first stage) and of the output layer (on the
     last), forward and backward, by component: (first_extra, last_extra)."""
+    grad_bytes = grad_accumulation_bytes_per_param(fw, k)
     out_f, out_b = compute.output_layer_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision,
-                                               grad_bytes_per_param=grad_accumulation_bytes_per_param(fw, k))
+                                               grad_bytes_per_param=grad_bytes)
     emb_f, emb_b = compute.embedding_phases(m, c, fw, tokens=k.tokens, tp=k.tp, sp=k.sp, precision=k.precision,
-                                            grad_bytes_per_param=grad_accumulation_bytes_per_param(fw, k))
+                                            grad_bytes_per_param=grad_bytes)
     ef_gpu, ef_tp, ef_x = gpu_and_excess(emb_f)
     eb_gpu, eb_tp, eb_x = gpu_and_excess(emb_b)
     of_gpu, of_tp, of_x = gpu_and_excess(out_f)

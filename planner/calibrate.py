@@ -366,8 +366,6 @@ def _mape(errors) -> float:
     return float(np.mean(np.abs(errors))) if len(errors) else 0.0
 
 
-
-
 SENSITIVITY_FLOOR = 0.01  # |d log step time / d log constant| below this on every run: the runs cannot see it
 
 
