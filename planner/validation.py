@@ -53,8 +53,14 @@ SOURCES = {
                      tp_comm_overlap=("nemo2407-h100-fp8-llama2-70b", "nemo2407-h100-fp8-llama3-70b")),
     # BLOOM on Jean Zay: Megatron-DeepSpeed, no dropout, Omni-Path 4 x 100 Gb/s per 8-GPU node,
     # "4 inter-GPU NVLink connects" (no NVSwitch): 4 NVLink3 links = 100 GB/s each way per GPU.
+    # The bf16 runs (02-28 on, and production) use DeepSpeed's BF16_Optimizer and the embedding-aware
+    # pipeline partition 'type:transformer|embedding' (bigscience @ 9e64ede, train/tr11-176B-ml/
+    # chronicles-prequel.md:897-901 and README.md:134-146): each tied embedding takes one layer's slot,
+    # so the first and last stages hold (layers + 2) / pp - 1 blocks. The earlier runs are fp16 with
+    # DeepSpeed's ZeRO-1 and the default 'type:transformer' partition (even blocks per stage).
     "bloom": dict(framework="megatron-deepspeed", flash=False, dropout=0.0, recompute="full", vpp=1,
-                  network="50 Gb/s", nvlink="100 GB/s", memory="device", bf16_optimizer=True),
+                  network="50 Gb/s", nvlink="100 GB/s", memory="device", bf16_optimizer=True,
+                  embedding_partition=True),
     # MosaicML llm-foundry: FSDP, triton flash attention, MPT (ALiBi, LayerNorm, no biases, tied).
     "mosaic": dict(framework="llm-foundry", flash=True, dropout=0.0, vpp=1, mpt=True,
                    network="200 Gb/s"),
@@ -148,6 +154,10 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
         parallel["micro_batch"] = 1
     if rules.get("bf16_optimizer") and parallel["zero_stage"] == 1 and p.get("precision") == "bf16":
         parallel["zero_stage"] = 0      # BLOOM: ZERO_STAGE=0 + DeepSpeed BF16_Optimizer (README §1.1)
+    if (rules.get("embedding_partition") and p.get("precision") == "bf16" and p["pp"] > 1
+            and not p.get("first_stage_layers") and (m["num_layers"] + 2) % p["pp"] == 0):
+        edge = (m["num_layers"] + 2) // p["pp"] - 1          # BLOOM's 'type:transformer|embedding'
+        parallel["first_stage_layers"] = parallel["last_stage_layers"] = edge
     parallel["recompute"] = p.get("recompute") or rules.get("recompute", "none")
     if rules.get("op_sac") and parallel["recompute"] == "selective":
         parallel["recompute"] = "full"
@@ -227,7 +237,9 @@ def records_from_vtrain(path: Path, source: str = "vtrain") -> list[Record]:
 # ../shared/validation/deepspeed_runs.yaml: DeepSpeed ZeRO-3 / offload and Megatron-DeepSpeed runs.
 # Used: records with model dimensions, a catalog GPU and TF/s counted with Narayanan et al. 2021 eq. 3
 # (the posts quote it). Skipped: the ZeRO++ / Ulysses blog charts (no model dimensions), Aurora (Intel
-# GPUs, no catalog entry), BERT, and the bloom-pre rows that repeat published_dev.yaml's BLOOM sweep.
+# GPUs, no catalog entry), BERT, and the BLOOM rows: bloom-176b-production-iter85376 is the same log line
+# as published_dev.yaml's bloom176b-production, and the bloom-pre rows come from the BLOOM chronicle that
+# benchmarks/data/bloom_chronicles.yaml transcribes whole (one measured run is counted once, in one source).
 DEEPSPEED_RULES = dict(framework="megatron-deepspeed", precision="fp16", flash=False, dropout=0.1,
                        recompute="full", vpp=1, zero=1, vocab=51200)
 DEEPSPEED_GPUS = (("A100 80GB", "A100-80GB"), ("A100-SXM 80GB", "A100-80GB"), ("A100 40GB", "A100-40GB"),
@@ -241,7 +253,7 @@ def eq3_flop(b, s, l, h, v):
 
 def record_from_deepspeed(rec: dict) -> Record | None:
     m, c, p, me = rec["model"], rec["cluster"], dict(rec["parallel"]), rec["measured"]
-    if rec["id"].startswith(("bloom-pre", "mds-bert", "zeropp", "ulysses", "alcf-mds-aurora", "zero3offload")):
+    if rec["id"].startswith(("bloom-", "mds-bert", "zeropp", "ulysses", "alcf-mds-aurora", "zero3offload")):
         return None
     gpu = next((name for key, name in DEEPSPEED_GPUS if str(c["gpu"]).startswith(key)), None)
     if gpu is None or m.get("num_attention_heads") is None or p.get("tp") is None:
@@ -275,6 +287,9 @@ def record_from_deepspeed(rec: dict) -> Record | None:
 
 # vTrain's multi-node ground truth, kept in the repository (the `planner validate` of a checkout reads it).
 VTRAIN_MULTI_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "vtrain" / "ground_truth_multi.csv"
+# BLOOM's topology benchmarks on Jean Zay (bigscience chronicles-prequel.md, 02-21 to 02-28), the rows that
+# ../shared/validation does not carry; source 'bloom', with the rules above.
+BLOOM_CHRONICLES_FILE = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "bloom_chronicles.yaml"
 
 
 def load_records(directory: str | os.PathLike | None = None, include_vtrain: bool = True) -> list[Record]:
@@ -283,6 +298,8 @@ def load_records(directory: str | os.PathLike | None = None, include_vtrain: boo
     if not published.exists():
         raise SpecError(f"validation data not found at {d}; pass --data DIR or set PLANNER_VALIDATION_DIR")
     records = _read_records(published, record_from_published)
+    if BLOOM_CHRONICLES_FILE.exists():
+        records += _read_records(BLOOM_CHRONICLES_FILE, record_from_published)
     ds = d / "deepspeed_runs.yaml"
     if ds.exists():
         records += _read_records(ds, record_from_deepspeed)
