@@ -507,6 +507,7 @@ def framework_from_dict(d: dict) -> Framework:
             state_bytes_zero0=_state_bytes(d, what, "state_bytes_zero0") if "state_bytes_zero0" in d
             else _state_bytes(d, what),
             zero0_shards_optimizer=tuple(d.get("zero0_shards_optimizer", []) or []),
+            zero0_step_copy_bytes={str(k): float(v) for k, v in (d.get("zero0_step_copy_bytes") or {}).items()},
             fsdp_pp_unsharded=bool(d.get("fsdp_pp_unsharded", False)),
             zero3_recompute_gathers=float(d.get("zero3_recompute_gathers", 1.0)),
             zero3_gathers_per_layer=float(d.get("zero3_gathers_per_layer", 1.0)),

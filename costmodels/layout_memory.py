@@ -50,14 +50,16 @@ def one_stage_memory(fw: Framework, k: Knobs, stage_p, activations, logits, work
     # micro-batches before the last one's reduce-scatter.
     work = where(keep_unsharded, stage_p / k.tp * k.act_bytes, working)
     grad_acc = where(keep_unsharded & (k.n_micro > 1), stage_p / k.tp * 4.0, 0.0)
+    copies = memory.zero0_step_copy_bytes(stage_p / k.tp, k.precision, k.zero, k.grad_comm, fw)
     return {"weights": w, "grads": g + grad_acc, "optimizer": o, "activations": activations, "logits": logits,
-            "working": work}
+            "working": work, "step_copies": copies}
 
 
 def allocated(stage: dict, buffers, workspace):
-    """Bytes the allocator hands out on a stage: its items, the communication buffers, the backward workspace."""
+    """Bytes the allocator hands out on a stage: its items, the communication buffers, the backward
+    workspace, the optimizer step's copies."""
     return (stage["weights"] + stage["grads"] + stage["optimizer"] + stage["activations"] + stage["logits"]
-            + buffers + workspace + stage["working"])
+            + buffers + workspace + stage["working"] + stage["step_copies"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,7 @@ def peak_stage_memory(fw: Framework, k: Knobs, stages: Stages, first: dict, mid:
         "logits": pick_item("logits"),
         "comm_buffers": buffers,
         "workspace": workspace,
+        "step_copies": pick_item("step_copies"),
     }
     alloc = pick(alloc_first, alloc_last, alloc_mid)
     columns["fragmentation"] = alloc * fw.allocator_fragmentation

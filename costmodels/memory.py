@@ -65,6 +65,40 @@ def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload
     return weights, grads, optimizer
 
 
+# DeepSpeed's gradient all-reduce buckets: engine.allreduce_no_retain collects gradients up to
+# this many elements per bucket (MEMORY_OPT_ALLREDUCE_SIZE, DeepSpeed 0.16.2 runtime/constants.py).
+ALLREDUCE_BUCKET_ELEMENTS = 5e8
+
+
+def bf16_allreduce_copy_bytes(params, grad_comm):
+    """Copies DeepSpeed makes when its BF16_Optimizer all-reduces the fp32 gradient buffer after the
+    last backward (engine.buffered_allreduce_fallback -> allreduce_bucket, DeepSpeed 0.16.2
+    runtime/engine.py:2418-2461; the same code in the 0.6 releases BLOOM trained with). The buffer is
+    one flat tensor per parameter group: a group larger than the bucket goes alone and is flattened
+    as a view; smaller groups are concatenated into a new fp32 tensor (4 B per parameter). Then
+    `tensor.to(communication_data_type)` makes a 16-bit copy (2 B per parameter) unless gradients
+    travel in fp32 (communication_data_type defaults to bf16 when bf16 is on, engine.py:871-882)."""
+    params = asf(params)
+    cat = where(params <= ALLREDUCE_BUCKET_ELEMENTS, 4.0, 0.0)
+    cast = where(asv(grad_comm) != GC_FP32, 2.0, 0.0)
+    return (cat + cast) * params
+
+
+def zero0_step_copy_bytes(params, precision, zero, grad_comm, fw: Framework):
+    """Bytes the ZeRO-0 optimizer step allocates on top of the optimizer state, for `params` weights
+    on the GPU: BF16_Optimizer's all-reduce copies (above), or the framework's fixed copies per
+    parameter (`zero0_step_copy_bytes`; DeepSpeed's FP16_Optimizer converts every fp16 gradient to
+    fp32 before flattening them, fused_optimizer.py:277-291). They coexist with the optimizer state
+    and with the activations the caching allocator keeps reserved (one new block, which freed
+    activation blocks cannot hold), so they add to the peak: BLOOM's nvidia-smi readings
+    (benchmarks/data/bloom_chronicles.yaml) sit 2 B per parameter above the state and activations
+    with BF16_Optimizer and 4 B with FP16_Optimizer."""
+    bf16_opt = bf16_optimizer_in_use(precision, zero, fw)
+    fixed = lookup(np.array([fw.zero0_step_copy_bytes.get(n, 0.0) for n in _PRECISIONS]), precision)
+    other = where((asv(zero) == ZERO0) & ~bf16_opt, fixed * asf(params), 0.0)
+    return where(bf16_opt, bf16_allreduce_copy_bytes(params, grad_comm), other)
+
+
 def zero3_working_params(layer_params_local, mp_params, fw: Framework):
     """ZeRO-3 / FSDP gather weights just before use and prefetch the next: FSDP holds whole blocks
     (the current and the prefetched one), DeepSpeed at most stage3_max_live_parameters

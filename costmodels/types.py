@@ -298,6 +298,7 @@ class Framework:
     comm_buffer_bytes: float           # NCCL / bucket buffers held during the step
     logits_bytes_per_element: float    # peak bytes per logit during the loss (bf16 + fp32 copy)
     zero0_shards_optimizer: tuple[str, ...] = ()   # precisions whose ZeRO-0 optimizer still shards (BF16_Optimizer)
+    zero0_step_copy_bytes: Mapping[str, float] = field(default_factory=dict)   # per parameter, by precision, at the ZeRO-0 optimizer step
     zero3_recompute_gathers: float = 1.0   # extra ZeRO-3 gathers of a layer for its recompute forward
     fsdp_pp_unsharded: bool = False    # FSDP with PP: stage weights stay gathered, fp32 grads accumulate unsharded
     zero3_gathers_per_layer: float = 1.0   # ZeRO-3 / FSDP all-gather calls per layer and pass (fetch granularity)
@@ -465,6 +466,7 @@ class MemoryBreakdown:
     logits: float
     comm_buffers: float
     workspace: float
+    step_copies: float                  # the ZeRO-0 optimizer step's gradient copies (DeepSpeed)
     fragmentation: float
     cuda_context: float
 
@@ -475,7 +477,8 @@ class MemoryBreakdown:
     @property
     def allocated(self) -> float:
         """Live tensors at the peak (what torch.cuda.max_memory_allocated reports)."""
-        return self.model_states + self.activations + self.logits + self.comm_buffers + self.workspace
+        return (self.model_states + self.activations + self.logits + self.comm_buffers + self.workspace
+                + self.step_copies)
 
     @property
     def reserved(self) -> float:

@@ -7,7 +7,8 @@ from costmodels.units import GiB, fmt_bytes, fmt_seconds
 MEMORY_LABELS = {
     "weights": "weights", "grads": "gradients", "optimizer": "optimizer state",
     "activations": "activations", "logits": "logits (loss)", "comm_buffers": "comm buckets",
-    "workspace": "backward workspace", "fragmentation": "allocator cache", "cuda_context": "CUDA context",
+    "workspace": "backward workspace", "step_copies": "optimizer-step copies", "fragmentation": "allocator cache",
+    "cuda_context": "CUDA context",
 }
 TIME_LABELS = {
     "compute": "compute", "recompute": "recompute", "tp_comm": "TP collectives", "cp_comm": "CP exchange",

@@ -154,6 +154,9 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
         parallel["micro_batch"] = 1
     if rules.get("bf16_optimizer") and parallel["zero_stage"] == 1 and p.get("precision") == "bf16":
         parallel["zero_stage"] = 0      # BLOOM: ZERO_STAGE=0 + DeepSpeed BF16_Optimizer (README §1.1)
+        # Its ds_config sets no communication_data_type (tr11-176B-ml.slurm), so DeepSpeed all-reduces
+        # the fp32 gradients in bf16 (engine.communication_data_type, DeepSpeed 0.6.0-0.16.2).
+        parallel["grad_comm"] = "bf16"
     if (rules.get("embedding_partition") and p.get("precision") == "bf16" and p["pp"] > 1
             and not p.get("first_stage_layers") and (m["num_layers"] + 2) % p["pp"] == 0):
         edge = (m["num_layers"] + 2) // p["pp"] - 1          # BLOOM's 'type:transformer|embedding'

@@ -395,3 +395,28 @@ def test_bf16_optimizer_moves_every_micro_batch_gradient_into_fp32():
     got = [float(x) for x in grad_accumulation_bytes_per_param(mds, k)]
     assert BF16_OPTIMIZER_GRAD_BYTES == 18.0
     assert got == [18.0, 6.0, 6.0, 0.0]
+
+
+def test_zero0_optimizer_step_copies_follow_deepspeed_code():
+    """DeepSpeed 0.16.2 at ZeRO-0: BF16_Optimizer's all-reduce casts each flat fp32 gradient group to
+    the communication dtype (engine.py:2418-2461), concatenating groups that fit one 5e8-element
+    bucket first; FP16_Optimizer.step makes an fp32 copy of every fp16 gradient before flattening
+    (fp16/fused_optimizer.py:277-291). ZeRO-1+ runs another optimizer: no such copies."""
+    from costmodels import memory
+    from costmodels.types import GC_16BIT, GC_FP32
+    mds = catalog.load_framework("megatron-deepspeed")
+    big, small = 2e9, 1e8
+    bf16, fp16 = 2, 1
+
+    def copies(params, precision, zero, comm):
+        return float(memory.zero0_step_copy_bytes(params, precision, zero, comm, mds)) / params
+
+    assert copies(big, bf16, 0, GC_16BIT) == 2.0          # cast of a group alone in its bucket
+    assert copies(big, bf16, 0, GC_FP32) == 0.0           # fp32 on the wire: a view, no copy
+    assert copies(small, bf16, 0, GC_16BIT) == 6.0        # concatenated, then cast
+    assert copies(small, bf16, 0, GC_FP32) == 4.0
+    assert copies(big, fp16, 0, GC_16BIT) == 4.0          # FP16_Optimizer's fp32 gradient list
+    assert copies(big, bf16, 1, GC_16BIT) == 0.0
+    assert copies(big, fp16, 1, GC_16BIT) == 0.0
+    megatron = catalog.load_framework("megatron-core")    # not DeepSpeed: none
+    assert float(memory.zero0_step_copy_bytes(big, fp16, 0, GC_16BIT, megatron)) == 0.0

@@ -36,29 +36,39 @@ def test_few_runs_are_off_by_more_than_30_percent(summary):
 
 
 # Memory misses over 10%, stated in README (issue 8 target: every measured run within 10%; not met).
-# BLOOM's BF16_Optimizer runs (02-28 on): nvidia-smi on the node of the embedding stage reads 9-15%
-# above the model once that stage holds 5 blocks, as BLOOM's embedding-aware partition puts it; the
-# model counts the optimizer's unsharded fp32 gradient buffer the chronicle names (4 bytes x params),
-# what else is held is not identified. One BLOOM row ran on another code branch (record notes); one
-# reading says 65 GB at micro-batch 2 where the same table has 56 GB at micro-batch 4; one is at 10.4%.
-BF16_OPTIMIZER_BLOOM = {"bloom176b-prequel-0228-dp4-tp8-pp12-mbs2-h64", "bloom176b-prequel-0228-dp8-tp4-pp12-mbs2-h64",
-                        "bloom176b-prequel-0228-dp8-tp4-pp12-mbs2-h112", "bloom176b-prequel-0228-dp8-tp4-pp12-mbs2-h128",
-                        "bloom176b-prequel-0228-dp8-tp4-pp12-mbs4-h64", "bloomchron-0228-h12288-l106-dp8-tp4-pp12-mbs2-gbs2048",
-                        "bloomchron-0228-h12288-l100-dp8-tp8-pp6-mbs2-gbs2048", "bloomchron-0228-h13312-l82-dp4-tp8-pp12-mbs4-gbs2048",
-                        "bloomchron-0228-h13312-l82-dp8-tp4-pp12-mbs2-gbs2048", "bloomchron-0228-h13312-l82-dp8-tp4-pp12-mbs4-gbs2048"}
+# One BLOOM reading says 65 GB at micro-batch 2 where the same table has 56 GB at micro-batch 4; one
+# fp16 ZeRO-1 run is at 10.4% (BLOOM's fp16 ZeRO-1 runs read 7-10% above the model).
 CONTRADICTORY_READING = "bloomchron-0221-h13824-l84-dp8-tp8-pp6-mbs2-gbs2048"
-KNOWN_MEMORY_MISSES = BF16_OPTIMIZER_BLOOM | {"bloom-prequel-0221-181b-zero0", CONTRADICTORY_READING,
-                                              "bloomchron-0225-h14336-l72-dp12-tp8-pp4-mbs2-gbs2016"}
+KNOWN_MEMORY_MISSES = {CONTRADICTORY_READING, "bloomchron-0225-h14336-l72-dp12-tp8-pp4-mbs2-gbs2016"}
+# BLOOM's runs with DeepSpeed's ZeRO-0 optimizers (BF16_Optimizer from 02-28 on, one FP16_Optimizer
+# run): nvidia-smi reads 9-15% above the state and activations until the optimizer step's gradient
+# copies are counted (costmodels/memory.py zero0_step_copy_bytes).
+ZERO0_BLOOM = {"bloom176b-prequel-0228-dp4-tp8-pp12-mbs2-h64", "bloom176b-prequel-0228-dp8-tp4-pp12-mbs2-h64",
+               "bloom176b-prequel-0228-dp8-tp4-pp12-mbs2-h112", "bloom176b-prequel-0228-dp8-tp4-pp12-mbs2-h128",
+               "bloom176b-prequel-0228-dp8-tp4-pp12-mbs4-h64", "bloomchron-0228-h12288-l106-dp8-tp4-pp12-mbs2-gbs2048",
+               "bloomchron-0228-h12288-l100-dp8-tp8-pp6-mbs2-gbs2048", "bloomchron-0228-h12288-l100-dp8-tp8-pp6-mbs4-gbs2048",
+               "bloomchron-0228-h13312-l82-dp4-tp8-pp12-mbs4-gbs2048", "bloomchron-0228-h13312-l82-dp8-tp4-pp12-mbs2-gbs2048",
+               "bloomchron-0228-h13312-l82-dp8-tp4-pp12-mbs4-gbs2048", "bloom-prequel-0221-181b-zero0"}
 
 
 def test_memory_within_10_percent_where_measured(summary):
-    assert summary["memory_mape"] <= 0.07
+    assert summary["memory_mape"] <= 0.05
     assert set(summary["memory_over_10pct"]) <= KNOWN_MEMORY_MISSES
+
+
+def test_zero0_optimizer_runs_count_the_step_copies(results):
+    """BLOOM's BF16_Optimizer runs and its one FP16_Optimizer run were under-predicted by 9-15%
+    (nvidia-smi on the embedding stage's node); with the optimizer step's gradient copies counted
+    every one is within 5%."""
+    zero0 = [r for r in results if r.record.id in ZERO0_BLOOM]
+    assert len(zero0) == len(ZERO0_BLOOM)
+    worst = max(zero0, key=lambda r: abs(r.memory_error))
+    assert abs(worst.memory_error) <= 0.05, (worst.record.id, worst.memory_error)
 
 
 def test_memory_misses_stay_within_16_percent(results):
     measured = [r for r in results if r.memory_error is not None and r.record.id != CONTRADICTORY_READING]
-    assert measured and max(abs(r.memory_error) for r in measured) <= 0.16
+    assert measured and max(abs(r.memory_error) for r in measured) <= 0.11
 
 
 def test_published_runs_are_predicted_to_fit(summary):
