@@ -63,8 +63,8 @@ def components(framework: str, layout: Layout, cluster: ClusterSpec) -> list[str
     if layout.zero == ZERO3:
         out.append("zero3")
         out.append(f"zero3:{framework}")
-    if getattr(layout.offload_optimizer, "value", "none") != "none" or \
-            getattr(layout.offload_params, "value", "none") != "none":
+    if any(getattr(getattr(layout, k), "value", "none") != "none"
+           for k in ("offload_optimizer", "offload_params", "offload_activations")):
         out.append("offload")
     if layout.pp > 1:
         out.append("pipeline")

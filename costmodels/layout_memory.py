@@ -25,14 +25,23 @@ def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
     inflight_first = memory.inflight_microbatches(pp, vpp, n_micro, 0)
     inflight_last = memory.inflight_microbatches(pp, vpp, n_micro, pp - 1)
     inflight_mid = memory.inflight_microbatches(pp, vpp, n_micro, 1)
+    off = k.ckpt_offload
     act_mid = memory.stored_activation_bytes(stored, core_act, ckpt, rc, stages.mid,
-                                             recomputed_layers(k, stages.mid), inflight_mid)
+                                             recomputed_layers(k, stages.mid), inflight_mid, off)
     act_first = (memory.stored_activation_bytes(stored, core_act, ckpt, rc, stages.first,
-                                                recomputed_layers(k, stages.first), inflight_first)
+                                                recomputed_layers(k, stages.first), inflight_first, off)
                  + inflight_first * memory.embedding_activation_bytes(m, k.tokens, k.tp, k.sp, k.precision))
     act_last = memory.stored_activation_bytes(stored, core_act, ckpt, rc, stages.last,
-                                              recomputed_layers(k, stages.last), inflight_last)
+                                              recomputed_layers(k, stages.last), inflight_last, off)
     return act_first, act_mid, act_last
+
+
+def host_checkpoint_bytes(m: ModelSpec, k: Knobs, stages: Stages):
+    """Host bytes per GPU of offloaded activation checkpoints, on the stage that holds the most
+    (the first: most micro-batches in flight, and as many layers as any)."""
+    ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
+    inflight = memory.inflight_microbatches(k.pp, k.vpp, k.n_micro, 0)
+    return memory.offloaded_checkpoint_bytes(ckpt, maximum(stages.first, stages.mid), inflight, k.ckpt_offload)
 
 
 def zero3_working_bytes(fw: Framework, k: Knobs, sp: StageParams):
@@ -132,11 +141,15 @@ class HostMemory:
     fits: object
 
 
-def host_memory(c: ClusterSpec, k: Knobs, sp: StageParams) -> HostMemory:
-    # Host memory for offloaded optimizer state: fp32 master, moments and gradients (16 B/param).
+def host_memory(c: ClusterSpec, k: Knobs, sp: StageParams, checkpoints=0.0) -> HostMemory:
+    """Host memory (or NVMe) per node: offloaded optimizer state (fp32 master, moments and gradients,
+    16 B/param), offloaded parameters (2 B/param), and `checkpoints` bytes per GPU of offloaded
+    activation checkpoints (always host memory)."""
     opt_off, local = k.offload_optimizer, sp.local
     host_per_node = where(opt_off != OFF_NONE, local * 16.0 * c.gpus_per_node, 0.0)
     host_per_node = host_per_node + where(k.offload_params != OFF_NONE, local * 2.0 * c.gpus_per_node, 0.0)
     nvme_needed = where(opt_off == OFF_NVME, host_per_node, 0.0)
-    host_fits = where(opt_off == OFF_NVME, nvme_needed <= c.nvme_bytes, host_per_node <= c.host_memory_bytes)
+    in_ram = where(opt_off == OFF_NVME, 0.0, host_per_node) + checkpoints * c.gpus_per_node
+    host_fits = (nvme_needed <= c.nvme_bytes) & (in_ram <= c.host_memory_bytes)
+    host_per_node = host_per_node + checkpoints * c.gpus_per_node
     return HostMemory(per_node=host_per_node, fits=host_fits)

@@ -150,13 +150,17 @@ def checkpoint_bytes(m: ModelSpec, tokens, tp, sp, precision):
     return tokens * m.hidden * e / where(sp, asf(tp), 1.0)
 
 
-def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_layers, inflight):
+def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_layers, inflight,
+                            ckpt_offload=False):
     """Activations alive at the peak of one pipeline stage.
 
     `inflight` micro-batches (of `layers` layers each) hold their saved tensors; the layer in
     backward additionally materialises what recompute threw away (one layer's worth), so stronger
-    recompute never needs more memory (Korthikanti et al. 2022, §4-5).
+    recompute never needs more memory (Korthikanti et al. 2022, §4-5). With `ckpt_offload` the
+    checkpoints wait in host memory and only the layer being recomputed is on the GPU (DeepSpeed
+    checkpointing.py:530-531 copies each checkpoint to the CPU, :625-626 back for its backward).
     """
+    ckpt = where(ckpt_offload, 0.0, ckpt)
     recompute = asv(recompute)
     full_layers = where(recomputed_layers > 0, minimum(recomputed_layers, layers), layers)
     none_total = inflight * layers * (stored + core)
@@ -164,6 +168,11 @@ def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_la
     full_total = (inflight * (full_layers * ckpt + (layers - full_layers) * (stored + core))
                   + where(full_layers > 0, stored + core - ckpt, 0.0))
     return where(recompute == RC_FULL, full_total, where(recompute == RC_SELECTIVE, selective_total, none_total))
+
+
+def offloaded_checkpoint_bytes(ckpt, layers, inflight, ckpt_offload):
+    """Host bytes of one GPU's offloaded checkpoints: one per layer of each micro-batch in flight."""
+    return where(ckpt_offload, inflight * layers * ckpt, 0.0)
 
 
 def inflight_microbatches(pp, vpp, num_microbatches, stage):

@@ -12,7 +12,7 @@ from .vec import asf, ceil, maximum, minimum, where
 
 from . import memory, params
 from .types import ModelSpec
-from .types import ZERO1  # named ZeRO stage code
+from .types import OFF_NONE, RC_FULL, ZERO1  # named codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,7 @@ class Knobs:
     grad_comm: object
     offload_optimizer: object
     offload_params: object
+    ckpt_offload: object            # full recompute's layer checkpoints go to host memory
     n_micro: object                 # micro-batches per step
     tokens: object                  # tokens of one micro-batch on one GPU
     shard: object                   # ZeRO / distributed-optimizer shard group
@@ -57,6 +58,8 @@ def read_knobs(lb) -> Knobs:
                  first_stage_layers=asf(lb.first_stage_layers), last_stage_layers=asf(lb.last_stage_layers),
                  sp=sp, tp_pipelined=lb.tp_comm_overlap & sp, flash=lb.flash_attention, sparsity=lb.sparsity,
                  grad_comm=lb.grad_comm, offload_optimizer=lb.offload_optimizer, offload_params=lb.offload_params,
+                 ckpt_offload=((lb.offload_activations != OFF_NONE) & (lb.recompute == RC_FULL)
+                               & (lb.recompute_layers == 0)),
                  n_micro=gbs / (mbs * dp),
                  tokens=mbs * seq / cp,
                  shard=dp * cp,

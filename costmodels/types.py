@@ -331,6 +331,7 @@ class Layout:
     zero: int = 1
     offload_optimizer: Offload = Offload.NONE
     offload_params: Offload = Offload.NONE
+    offload_activations: Offload = Offload.NONE   # full recompute's checkpoints in host memory (--checkpoint-in-cpu)
     recompute: Recompute = Recompute.NONE
     recompute_layers: int = 0          # full recompute: layers per stage recomputed; 0 = all
     first_stage_layers: int = 0        # uneven pipeline (Megatron-Core): layers on the first stage; 0 = even
@@ -354,6 +355,9 @@ class Layout:
             raise SpecError(f"layout: zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.first_stage_layers < 0 or self.last_stage_layers < 0:
             raise SpecError("layout: first_stage_layers / last_stage_layers must be >= 0 (0 = even split)")
+        if self.offload_activations is Offload.NVME:
+            raise SpecError("layout: activation checkpoints go to host memory only (DeepSpeed --checkpoint-in-cpu); "
+                            "use offload_activations: cpu")
         if self.recompute_layers < 0:
             raise SpecError("layout: recompute_layers must be >= 0 (0 = all layers)")
         if not 0.0 < self.density <= 1.0:

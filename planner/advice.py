@@ -251,8 +251,10 @@ def _memory_warning(result, share) -> PlanWarning:
         what.append(f"optimizer offload to {l.offload_optimizer.value}")
     if l.offload_params is not Offload.NONE:
         what.append(f"parameter offload to {l.offload_params.value}")
+    if l.offload_activations is not Offload.NONE:
+        what.append(f"activation checkpoint offload to {l.offload_activations.value}")
     lean = l.replace(recompute=Recompute.NONE, recompute_layers=0, offload_optimizer=Offload.NONE,
-                     offload_params=Offload.NONE)
+                     offload_params=Offload.NONE, offload_activations=Offload.NONE)
     pred, text = None, "more GPUs, or a GPU with more memory"
     try:
         fw = result.profile.load_cost_profile()

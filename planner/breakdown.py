@@ -47,7 +47,8 @@ def offload_needs(model, cluster, framework, layout) -> dict | None:
     from costmodels.estimate import estimate_batch
     from costmodels.types import LayoutBatch, Offload
 
-    if layout.offload_optimizer is Offload.NONE and layout.offload_params is Offload.NONE:
+    if (layout.offload_optimizer is Offload.NONE and layout.offload_params is Offload.NONE
+            and layout.offload_activations is Offload.NONE):
         return None
     batch = estimate_batch(model, cluster, framework, LayoutBatch.from_layouts([layout]))
     needed = float(batch.columns.get("host_bytes_per_node", [0.0])[0])

@@ -58,7 +58,8 @@ def evidence_lines(data: dict) -> list[str]:
     if layout["grad_comm"] == "zeropp":
         out.append("ZeRO++ quantised communication: no ZeRO++ run with model dimensions is in the "
                    "validation data; its quantisation kernels are charged as HBM traffic (physics only).")
-    if layout["offload_optimizer"] != "none" or layout["offload_params"] != "none":
+    if layout["offload_optimizer"] != "none" or layout["offload_params"] != "none" \
+            or layout.get("offload_activations", "none") != "none":
         value, note = fw.get("offload_overlap", ("?", ""))
         out.append(f"Offload: the share of PCIe traffic hidden behind compute ({value}) is {note or 'ASSUMED'}.")
     if layout["precision"] == "fp8" and "fp8_gemm_speedup" in gpu:

@@ -36,7 +36,8 @@ def nothing_fits(model, cluster, profile, request, space) -> InfeasibleError:
     """Nothing fits in memory: say the smallest GPU count that would, and which knobs would help."""
     min_gpus = smallest_gpu_count(model, cluster, profile, request)
     n = request.num_gpus
-    freed = [k for k in ("zero", "offload_optimizer", "offload_params", "recompute", "precision", "mbs", "tp", "pp")
+    freed = [k for k in ("zero", "offload_optimizer", "offload_params", "offload_activations", "recompute",
+                         "precision", "mbs", "tp", "pp")
              if k in request.choices]
     hint = f"; or free {', '.join('--' + k.replace('_', '-') for k in freed)}" if freed else ""
     lowest = lowest_memory(model, cluster, profile, space)

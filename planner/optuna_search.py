@@ -216,7 +216,7 @@ def seed_layouts(space, cost_fw, core, cat, cross, n=16):
     """Good starting layouts for Optuna: the core lattice with the default categorical choices."""
     defaults = [i for i in range(len(cat["zero"]))
                 if cat["recompute_layers"][i] == 0 and cat["offload_optimizer"][i] == 0
-                and cat["offload_params"][i] == 0]
+                and cat["offload_params"][i] == 0 and cat["offload_activations"][i] == 0]
     if not defaults:
         return []
     sub_cat = {k: v[defaults] for k, v in cat.items()}

@@ -20,7 +20,7 @@ TIGHT_MEMORY = 0.10   # among equals, layouts leaving less than this share of GP
 def complexity(cols: dict) -> np.ndarray:
     """Moving parts a plan adds: offload, compressed communication, context or interleaved parallelism.
     Among equally fast plans the simpler one ranks first, then the one using less memory."""
-    return (cols["offload_optimizer"] + cols["offload_params"] + (cols["grad_comm"] > 0)
+    return (cols["offload_optimizer"] + cols["offload_params"] + cols["offload_activations"] + (cols["grad_comm"] > 0)
             + (cols["cp"] > 1) + (cols["vpp"] > 1))
 
 
@@ -50,7 +50,8 @@ def family_codes(cols: dict) -> np.ndarray:
     code = 1000 + tp * 100_000 + pp
     code = np.where(np.asarray(cols["zero"]) == 3, FAMILY_ZERO3, code)
     code = np.where(np.asarray(cols["cp"]) > 1, FAMILY_CP, code)
-    offload = (np.asarray(cols["offload_optimizer"]) > 0) | (np.asarray(cols["offload_params"]) > 0)
+    offload = ((np.asarray(cols["offload_optimizer"]) > 0) | (np.asarray(cols["offload_params"]) > 0)
+               | (np.asarray(cols["offload_activations"]) > 0))
     return np.where(offload, FAMILY_OFFLOAD, code)
 
 

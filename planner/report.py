@@ -135,7 +135,7 @@ def _short_layout(l: dict) -> str:
              f"mb{l['micro_batch']} Z{l['zero_stage']}"]
     if l["recompute"] != "none":
         parts[-1] += f" rc-{l['recompute']}"
-    if l["offload_optimizer"] != "none" or l["offload_params"] != "none":
+    if any(l.get(k, "none") != "none" for k in ("offload_optimizer", "offload_params", "offload_activations")):
         parts.append("offload")
     return "\n".join(parts)
 
@@ -158,6 +158,8 @@ def _layout_text(l: dict) -> str:
         parts.append(f"optimizer offload to {l['offload_optimizer']}")
     if l["offload_params"] != "none":
         parts.append(f"parameter offload to {l['offload_params']}")
+    if l.get("offload_activations", "none") != "none":
+        parts.append(f"activation checkpoints offloaded to {l['offload_activations']}")
     if l["grad_comm"] != "fp32":
         parts.append(f"gradient communication {l['grad_comm']}")
     return ", ".join(parts)

@@ -25,7 +25,8 @@ DEFAULT_FRAMEWORK = "megatron-deepspeed"
 # The `parallel` keys a case may give, and the defaults of those it may leave out (documented in
 # README "Case files"), come from the knob table (search_spaces/knobs.py).
 # Fields whose defaults are noted after the others when a case leaves them out, in this order.
-_NOTED_LAST = ("recompute", "sequence_parallel", "offload_optimizer", "offload_params", "sparsity", "grad_comm")
+_NOTED_LAST = ("recompute", "sequence_parallel", "offload_optimizer", "offload_params", "offload_activations",
+               "sparsity", "grad_comm")
 
 
 CASE_KEYS = {"model", "cluster", "parallel", "training", "framework", "name", "description"}
@@ -217,6 +218,8 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
             tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq, zero=int(zero),
             offload_optimizer=Offload.parse(section.get("offload_optimizer") or CASE_DEFAULTS["offload_optimizer"]),
             offload_params=Offload.parse(section.get("offload_params") or CASE_DEFAULTS["offload_params"]),
+            offload_activations=Offload.parse(section.get("offload_activations")
+                                              or CASE_DEFAULTS["offload_activations"]),
             recompute=Recompute.parse(section.get("recompute") or CASE_DEFAULTS["recompute"]),
             recompute_layers=_int(section, "recompute_layers", what, CASE_DEFAULTS["recompute_layers"]),
             first_stage_layers=_int(section, "first_stage_layers", what, CASE_DEFAULTS["first_stage_layers"]),

@@ -25,6 +25,8 @@ def layout_line(l: Layout) -> str:
         flags.append(f"optimizer->{l.offload_optimizer.value}")
     if l.offload_params.value != "none":
         flags.append(f"params->{l.offload_params.value}")
+    if l.offload_activations.value != "none":
+        flags.append(f"checkpoints->{l.offload_activations.value}")
     per = "layer" if l.recompute_layers == 1 else "layers"
     rc = l.recompute.value + (f" ({l.recompute_layers} {per}/stage)" if l.recompute_layers else "")
     flags += [f"recompute {rc}", l.precision.value]

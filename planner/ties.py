@@ -57,7 +57,7 @@ def band_text(lo: float, hi: float, fmt) -> str:
 
 def _moving_parts(layout: dict) -> int:
     parts = (layout["pp"] > 1) + (layout["cp"] > 1) + (layout.get("offload_optimizer", "none") != "none") \
-        + (layout.get("offload_params", "none") != "none")
+        + (layout.get("offload_params", "none") != "none") + (layout.get("offload_activations", "none") != "none")
     return int(parts)
 
 

@@ -285,6 +285,12 @@ def record_from_deepspeed(rec: dict) -> Record | None:
     out = record_from_published(copy, rules=DEEPSPEED_RULES, source="deepspeed")
     if out is not None and p.get("offload_optimizer"):
         out.case["parallel"]["offload_optimizer"] = p["offload_optimizer"]
+    if out is not None and rec["id"].startswith("azure-ds-") and out.case["parallel"]["recompute"] == "full":
+        # ASSUMED from the source: "The DeepSpeed library exploits offload capabilities where the
+        # activation and optimizer states are allocated in the main memory" (DeepSpeed
+        # docs/_posts/2022-07-26-deepspeed-azure.md, line 48); its recipes checkpoint every layer with
+        # DeepSpeed's checkpointing (--checkpoint-activations --deepspeed-activation-checkpointing).
+        out.case["parallel"]["offload_activations"] = "cpu"
     return out
 
 

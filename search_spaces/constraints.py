@@ -137,6 +137,13 @@ def _implies(v: Vars, enforce, conditions, constraint):
 
 # ---- structural rules: physics and model shape, true for every framework ------------------------
 
+def _offload_activations(ctx, v, e):
+    on = v.ge("offload_activations", 1)
+    for constraint in (v["offload_activations"] == Offload.CPU.code, v["recompute"] == FULL,
+                       v["recompute_layers"] == 0):
+        _implies(v, e, [on], v.m.add(constraint))
+
+
 def _world(ctx, v, e):
     v.m.add(v.product("tp", "pp", "dp", "cp") == ctx.num_gpus).only_enforce_if(e)
 
@@ -236,6 +243,12 @@ STRUCTURAL = (
     Rule("offload-params-needs-zero3", "parameter offload needs ZeRO stage 3", ("offload_params", "zero"),
          lambda ctx, c: (c["offload_params"] == Offload.NONE.code) | (c["zero"] == 3),
          lambda ctx, v, e: _implies(v, e, [v.ge("offload_params", 1)], v.m.add(v["zero"] == 3))),
+    Rule("offload-activations-needs-full-recompute", "activation offload moves full recompute's checkpoints "
+         "(one per layer) to host memory: it needs recompute full over all layers (recompute_layers 0) and "
+         "offload_activations cpu", ("offload_activations", "recompute", "recompute_layers"),
+         lambda ctx, c: (c["offload_activations"] == Offload.NONE.code)
+         | ((c["offload_activations"] == Offload.CPU.code) & (c["recompute"] == FULL) & (c["recompute_layers"] == 0)),
+         _offload_activations),
     Rule("nvme-present", "NVMe offload needs NVMe in the cluster spec (nvme: ...)",
          ("offload_optimizer", "offload_params"),
          lambda ctx, c: (ctx.cluster.nvme_bytes > 0) | ((c["offload_optimizer"] != Offload.NVME.code)

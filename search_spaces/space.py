@@ -135,6 +135,7 @@ def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequ
         "zero": [z.code for z in ZeroStage],
         "offload_optimizer": offloads,
         "offload_params": offloads,
+        "offload_activations": [Offload.NONE.code, Offload.CPU.code],
         "recompute": [r.code for r in Recompute],
         "recompute_layers": [0] + [k for k in _powers_of_two(layers) if k < layers],
         "sequence_parallel": [0, 1],

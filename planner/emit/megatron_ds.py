@@ -131,6 +131,10 @@ def deepspeed_args(layout: Layout) -> list[str]:
     a = ["--deepspeed", "--deepspeed_config", "$DS_CONFIG", "--zero-stage", str(layout.zero)]
     if layout.recompute is Recompute.FULL and not layout.recompute_layers:
         a += ["--deepspeed-activation-checkpointing"]
+        if layout.offload_activations is not Offload.NONE:
+            # deepspeed.checkpointing.configure(checkpoint_in_cpu=...) (initialize.py:186-194); the flag
+            # overrides the JSON activation_checkpointing block, so it is set here.
+            a += ["--checkpoint-in-cpu"]
     return a
 
 

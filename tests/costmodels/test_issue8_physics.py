@@ -420,3 +420,32 @@ def test_zero0_optimizer_step_copies_follow_deepspeed_code():
     assert copies(big, fp16, 1, GC_16BIT) == 0.0
     megatron = catalog.load_framework("megatron-core")    # not DeepSpeed: none
     assert float(memory.zero0_step_copy_bytes(big, fp16, 0, GC_16BIT, megatron)) == 0.0
+
+
+def test_activation_offload_keeps_one_layer_of_checkpoints_on_the_gpu():
+    """DeepSpeed --checkpoint-in-cpu (checkpointing.py:530-531, 625-626): each layer's checkpointed
+    input goes to host memory in forward and comes back for its recompute, with blocking copies. The
+    GPU keeps one layer's working set instead of one checkpoint per layer and micro-batch in flight;
+    host memory holds those; every micro-batch moves them across PCIe twice."""
+    from costmodels.estimate import estimate
+    from costmodels.memory import checkpoint_bytes
+    from costmodels.types import Layout, Offload, Precision, Recompute
+    model = catalog.load_model("llama3.1-70b")
+    cluster = catalog.load_cluster("H100-SXM", num_gpus=64)
+    mds = catalog.load_framework("megatron-deepspeed")
+    base = Layout(tp=1, pp=1, dp=64, mbs=2, gbs=512, seq_len=8192, zero=3, recompute=Recompute.FULL,
+                  precision=Precision.BF16)
+    off = replace(base, offload_activations=Offload.CPU)
+    e0, e1 = estimate(model, cluster, mds, base), estimate(model, cluster, mds, off)
+    ckpt = float(checkpoint_bytes(model, 2 * 8192, 1, False, Precision.BF16.code))
+    layers, n_micro = model.num_layers, 512 // (2 * 64)
+    # the layer in backward brings its checkpoint back: it is part of that layer's working set
+    assert e0.memory.activations - e1.memory.activations == pytest.approx((layers - 1) * ckpt, rel=1e-6)
+    assert e1.time.offload - e0.time.offload == pytest.approx(
+        n_micro * 2 * layers * ckpt / cluster.pcie_bytes_per_s, rel=1e-6)
+    assert e1.time.step > e0.time.step and e1.memory.total < e0.memory.total
+    from costmodels.estimate import estimate_batch
+    from costmodels.types import LayoutBatch
+    batch = estimate_batch(model, cluster, mds, LayoutBatch.from_layouts([base, off]))
+    host = [float(x) for x in batch.columns["host_bytes_per_node"]]
+    assert host == [0.0, pytest.approx(cluster.gpus_per_node * layers * ckpt, rel=1e-6)]

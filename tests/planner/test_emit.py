@@ -182,3 +182,16 @@ def test_llama3_arguments(rendered):
     assert argv[argv.index("--num-key-value-heads") + 1] == "8"
     divisor = int(argv[argv.index("--make-vocab-size-divisible-by") + 1])
     assert divisor * 2 == 128256          # padded vocabulary = divisor x tp = the model's
+
+
+def test_activation_offload_is_emitted_with_deepspeed_checkpointing():
+    """--checkpoint-in-cpu acts only with --deepspeed-activation-checkpointing (initialize.py:186-194,
+    megatron_deepspeed.md §4), which the full-recompute layouts already carry."""
+    from costmodels.types import Layout, Offload, Precision, Recompute
+    from planner.emit.megatron_ds import deepspeed_args, layout_args
+    layout = Layout(tp=1, pp=1, dp=64, mbs=2, gbs=512, seq_len=8192, zero=3, recompute=Recompute.FULL,
+                    precision=Precision.BF16, offload_activations=Offload.CPU)
+    args = layout_args(layout) + deepspeed_args(layout)
+    assert args.index("--checkpoint-in-cpu") > args.index("--deepspeed-activation-checkpointing")
+    assert {a for a in args if a.startswith("--")} <= _known_flags()
+    assert "--checkpoint-in-cpu" not in deepspeed_args(Layout(recompute=Recompute.FULL))

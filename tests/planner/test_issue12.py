@@ -306,9 +306,9 @@ def test_runner_ups_are_the_best_of_other_families():
     objs = [p.objective[0] for p in res.plans]
     assert objs == sorted(objs)                                   # still best first
     for p in res.plans:
-        cols = {k: [getattr(p.layout, k) if k not in ("offload_optimizer", "offload_params")
-                    else getattr(p.layout, k).code] for k in ("tp", "pp", "cp", "zero", "offload_optimizer",
-                                                               "offload_params")}
+        offloads = ("offload_optimizer", "offload_params", "offload_activations")
+        cols = {k: [getattr(p.layout, k).code if k in offloads else getattr(p.layout, k)]
+                for k in ("tp", "pp", "cp", "zero") + offloads}
         assert family_label(family_codes(cols)[0]) == p.family
     # no runner-up is the winner again with only another batch or gradient dtype
     b = res.best.layout

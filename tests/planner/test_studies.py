@@ -80,7 +80,7 @@ def test_trials_that_keep_failing_stop_the_search(monkeypatch):
 
     monkeypatch.setattr(search, "objective_values", lambda o, batch, *a: np.full(len(batch), np.nan))
     with pytest.raises(SpecError, match="estimated trials failed"):
-        planner.plan("gpt-1.7b", "H100-SXM", trials=500, storage=None, **KW)
+        planner.plan("gpt-1.7b", "H100-SXM", trials=1000, storage=None, **KW)
 
 
 # ---- shared studies ----------------------------------------------------------------------------------

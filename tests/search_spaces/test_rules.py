@@ -54,13 +54,16 @@ def test_conflict_names_the_rule():
     ({"precision": 3, "pp": 1}, False, True),      # fp8 with GQA: TE in MDS has no GQA
     ({"tp_comm_overlap": 1}, False, True),          # --tp-comm-overlap is Megatron-Core's
     ({"tp_comm_overlap": 1, "sequence_parallel": 0, "tp": 1}, False, False),  # it needs sequence parallelism
+    ({"offload_activations": 1, "recompute": 2, "sequence_parallel": 0}, True, False),  # DeepSpeed's checkpointing
+    ({"offload_activations": 1, "recompute": 0}, False, False),      # only full recompute has checkpoints
+    ({"offload_activations": 1, "recompute": 2, "recompute_layers": 4}, False, False),   # ... of every layer
 ])
 def test_framework_profiles_differ(values, ok_mds, ok_mlm):
     ctx = Ctx(MODEL, CLUSTER, 64)
     base = {"tp": 8, "pp": 1, "dp": 8, "cp": 1, "vpp": 1, "mbs": 1, "gbs": 512, "seq_len": 4096, "zero": 1,
             "offload_optimizer": 0, "offload_params": 0, "recompute": 0, "recompute_layers": 0,
             "sequence_parallel": 1, "flash_attention": 1, "precision": 2, "sparsity": 0, "grad_comm": 0,
-            "tp_comm_overlap": 0}
+            "tp_comm_overlap": 0, "offload_activations": 0}
     base.update(values)
     base["dp"] = 64 // (base["tp"] * base["pp"] * base["cp"])
     cols = {k: np.array([v]) for k, v in base.items()}
