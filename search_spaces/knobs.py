@@ -87,7 +87,7 @@ TABLE: tuple[Knob, ...] = (
     Knob("offload_activations", ENUM, "--offload-activations", "offload_activations", default="none",
          help="activation-checkpoint offload: none,cpu",
          doc="full recompute's layer checkpoints in host memory: none / cpu (DeepSpeed --checkpoint-in-cpu)",
-         enum=Offload),
+         enum=Offload, explain=14),
     Knob("recompute", ENUM, "--recompute", "recompute", default="none", help="none,selective,full",
          doc="activation recomputation: none / selective / full", enum=Recompute, explain=7),
     Knob("recompute_layers", INT, "--recompute-layers", "recompute_layers", default=0,

@@ -88,7 +88,8 @@ def test_explain_rows_come_from_the_table():
 
     assert [k.name for k in explain.EXPLAINED] == ["tp", "pp", "cp", "vpp", "mbs", "zero", "recompute",
                                                    "sequence_parallel", "precision", "grad_comm",
-                                                   "offload_optimizer", "flash_attention", "tp_comm_overlap"]
+                                                   "offload_optimizer", "flash_attention", "tp_comm_overlap",
+                                                   "offload_activations"]
     assert explain.EXPLAINED is knobs.EXPLAINED
 
 
