@@ -117,10 +117,12 @@ def _output_columns(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stages, time
         "step_time_s": step,
         "peak_memory_bytes": mem.total,
         "allocated_bytes": mem.allocated,
-        "reserved_bytes": mem.allocated + mem.columns["fragmentation"],
+        "reserved_bytes": mem.allocated + mem.columns["fragmentation"] + mem.columns["step_copies"],
         "fits": (mem.total <= c.gpu.hbm_bytes) & host.fits,
         "host_fits": host.fits,
         "host_bytes_per_node": host.per_node,
+        "host_ram_bytes_per_node": host.ram,
+        "host_nvme_bytes_per_node": host.nvme,
         "headroom_bytes": c.gpu.hbm_bytes - mem.total,
     })
     cols.update(throughput(m, c, k, stages, step))

@@ -33,15 +33,19 @@ def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
                  + inflight_first * memory.embedding_activation_bytes(m, k.tokens, k.tp, k.sp, k.precision))
     act_last = memory.stored_activation_bytes(stored, core_act, ckpt, rc, stages.last,
                                               recomputed_layers(k, stages.last), inflight_last, off)
-    return act_first, act_mid, act_last
+    # With the checkpoints offloaded, DeepSpeed's PipelineEngine still keeps each in-flight micro-batch's
+    # received input and its output in pipe_buffers on the GPU (pipe/engine.py:713-716, 760).
+    pipe = where(off & (pp > 1), 2.0 * ckpt, 0.0)
+    return act_first + inflight_first * pipe, act_mid + inflight_mid * pipe, act_last + inflight_last * pipe
 
 
 def host_checkpoint_bytes(m: ModelSpec, k: Knobs, stages: Stages):
-    """Host bytes per GPU of offloaded activation checkpoints, on the stage that holds the most
-    (the first: most micro-batches in flight, and as many layers as any)."""
+    """Host bytes per GPU of offloaded activation checkpoints, on the stage that holds the most."""
     ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
-    inflight = memory.inflight_microbatches(k.pp, k.vpp, k.n_micro, 0)
-    return memory.offloaded_checkpoint_bytes(ckpt, maximum(stages.first, stages.mid), inflight, k.ckpt_offload)
+    per_stage = [memory.offloaded_checkpoint_bytes(ckpt, layers, memory.inflight_microbatches(k.pp, k.vpp, k.n_micro, s),
+                                                   k.ckpt_offload)
+                 for layers, s in ((stages.first, 0), (stages.mid, 1), (stages.last, k.pp - 1))]
+    return maximum(per_stage[0], maximum(per_stage[1], per_stage[2]))
 
 
 def zero3_working_bytes(fw: Framework, k: Knobs, sp: StageParams):
@@ -65,10 +69,17 @@ def one_stage_memory(fw: Framework, k: Knobs, stage_p, activations, logits, work
 
 
 def allocated(stage: dict, buffers, workspace):
-    """Bytes the allocator hands out on a stage: its items, the communication buffers, the backward
-    workspace, the optimizer step's copies."""
+    """Bytes the allocator hands out on a stage at its activation peak: its items, the communication
+    buffers, the backward workspace."""
     return (stage["weights"] + stage["grads"] + stage["optimizer"] + stage["activations"] + stage["logits"]
-            + buffers + workspace + stage["working"] + stage["step_copies"])
+            + buffers + workspace + stage["working"])
+
+
+def held(stage: dict, alloc, fw: Framework):
+    """What the caching allocator holds on a stage: the peak's allocation, its cache, and the optimizer
+    step's copies on top (they come after the last backward, in blocks the cached activations do not fit:
+    memory.zero0_step_copy_bytes)."""
+    return alloc * (1.0 + fw.allocator_fragmentation) + stage["step_copies"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +116,10 @@ def peak_stage_memory(fw: Framework, k: Knobs, stages: Stages, first: dict, mid:
     alloc_first = allocated(first, buffers, workspace)
     alloc_last = allocated(last, buffers, workspace)
     alloc_mid = allocated(mid, buffers, workspace)
-    last_peaks = (pp > 1) & (alloc_last > alloc_first)
+    held_first, held_last, held_mid = held(first, alloc_first, fw), held(last, alloc_last, fw), held(mid, alloc_mid, fw)
+    last_peaks = (pp > 1) & (held_last > held_first)
     # With an uneven split a middle stage (the second: most micro-batches in flight) may peak.
-    mid_peaks = stages.uneven & (pp > 2) & (alloc_mid > maximum(alloc_first, where(pp > 1, alloc_last, 0.0)))
+    mid_peaks = stages.uneven & (pp > 2) & (held_mid > maximum(held_first, where(pp > 1, held_last, 0.0)))
 
     def pick(first, last, mid=None):
         out = where(last_peaks, last, first)
@@ -130,14 +142,16 @@ def peak_stage_memory(fw: Framework, k: Knobs, stages: Stages, first: dict, mid:
     alloc = pick(alloc_first, alloc_last, alloc_mid)
     columns["fragmentation"] = alloc * fw.allocator_fragmentation
     columns["cuda_context"] = fw.cuda_context_bytes + 0.0 * alloc
-    total = alloc + columns["fragmentation"] + columns["cuda_context"]
+    total = alloc + columns["fragmentation"] + columns["step_copies"] + columns["cuda_context"]
     return Memory(columns=columns, allocated=alloc, total=total,
                   peak_stage=where(mid_peaks, 1.0, where(last_peaks, pp - 1, 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
 class HostMemory:
-    per_node: object                # bytes of host memory (or NVMe) per node
+    per_node: object                # bytes of host memory and NVMe per node, together
+    ram: object                     # of those, in host memory
+    nvme: object                    # of those, on NVMe
     fits: object
 
 
@@ -148,8 +162,8 @@ def host_memory(c: ClusterSpec, k: Knobs, sp: StageParams, checkpoints=0.0) -> H
     opt_off, local = k.offload_optimizer, sp.local
     host_per_node = where(opt_off != OFF_NONE, local * 16.0 * c.gpus_per_node, 0.0)
     host_per_node = host_per_node + where(k.offload_params != OFF_NONE, local * 2.0 * c.gpus_per_node, 0.0)
+    # With the optimizer on NVMe, DeepSpeed puts offloaded parameters there too (the old accounting).
     nvme_needed = where(opt_off == OFF_NVME, host_per_node, 0.0)
     in_ram = where(opt_off == OFF_NVME, 0.0, host_per_node) + checkpoints * c.gpus_per_node
     host_fits = (nvme_needed <= c.nvme_bytes) & (in_ram <= c.host_memory_bytes)
-    host_per_node = host_per_node + checkpoints * c.gpus_per_node
-    return HostMemory(per_node=host_per_node, fits=host_fits)
+    return HostMemory(per_node=nvme_needed + in_ram, ram=in_ram, nvme=nvme_needed, fits=host_fits)

@@ -277,10 +277,11 @@ def param_offload_time(c: ClusterSpec, fw: Framework, k: Knobs, sp: StageParams,
 def checkpoint_offload_time(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stages):
     """Seconds per micro-batch of moving activation checkpoints to host memory and back (DeepSpeed
     --checkpoint-in-cpu): each layer's input goes to the CPU in forward and returns for its
-    recompute, over PCIe, with blocking copies (`.to(device)`, checkpointing.py copy_to_device and
-    move_to_device, DeepSpeed 0.16.2), so nothing hides it."""
+    recompute, over PCIe, with blocking copies on the compute stream (`.to(device)`, DeepSpeed 0.16.2
+    checkpointing.py:530-531 and :615-617), so nothing hides it. The stage with the most layers sets it."""
     ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
-    return where(k.ckpt_offload, 2.0 * maximum(stages.first, stages.mid) * ckpt / c.pcie_bytes_per_s, 0.0)
+    layers = maximum(stages.first, maximum(stages.mid, stages.last))
+    return where(k.ckpt_offload, 2.0 * layers * ckpt / c.pcie_bytes_per_s, 0.0)
 
 
 # ---- the pipeline over the stages, and once per step --------------------------------------------

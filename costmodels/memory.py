@@ -66,7 +66,7 @@ def model_state_bytes(params, precision, zero, shard, offload_optimizer, offload
 
 
 # DeepSpeed's gradient all-reduce buckets: engine.allreduce_no_retain collects gradients up to
-# this many elements per bucket (MEMORY_OPT_ALLREDUCE_SIZE, DeepSpeed 0.16.2 runtime/constants.py).
+# this many elements per bucket (MEMORY_OPT_ALLREDUCE_SIZE, DeepSpeed 0.16.2 runtime/engine.py:110).
 ALLREDUCE_BUCKET_ELEMENTS = 5e8
 
 
@@ -74,10 +74,12 @@ def bf16_allreduce_copy_bytes(params, grad_comm):
     """Copies DeepSpeed makes when its BF16_Optimizer all-reduces the fp32 gradient buffer after the
     last backward (engine.buffered_allreduce_fallback -> allreduce_bucket, DeepSpeed 0.16.2
     runtime/engine.py:2418-2461; the same code in the 0.6 releases BLOOM trained with). The buffer is
-    one flat tensor per parameter group: a group larger than the bucket goes alone and is flattened
-    as a view; smaller groups are concatenated into a new fp32 tensor (4 B per parameter). Then
-    `tensor.to(communication_data_type)` makes a 16-bit copy (2 B per parameter) unless gradients
-    travel in fp32 (communication_data_type defaults to bf16 when bf16 is on, engine.py:871-882)."""
+    one flat tensor per parameter group. A bucket holding one tensor is flattened as a view; Megatron's
+    weight-decay group (every weight but the biases and norms, taken here as all `params`) fills a
+    bucket alone once it exceeds 5e8 elements, and below that it is concatenated with the small group
+    into a new fp32 tensor (4 B per parameter). Then `tensor.to(communication_data_type)` makes a
+    16-bit copy (2 B per parameter) unless gradients travel in fp32 (communication_data_type defaults
+    to bf16 when bf16 is on, engine.py:871-882)."""
     params = asf(params)
     cat = where(params <= ALLREDUCE_BUCKET_ELEMENTS, 4.0, 0.0)
     cast = where(asv(grad_comm) != GC_FP32, 2.0, 0.0)
@@ -88,11 +90,12 @@ def zero0_step_copy_bytes(params, precision, zero, grad_comm, fw: Framework):
     """Bytes the ZeRO-0 optimizer step allocates on top of the optimizer state, for `params` weights
     on the GPU: BF16_Optimizer's all-reduce copies (above), or the framework's fixed copies per
     parameter (`zero0_step_copy_bytes`; DeepSpeed's FP16_Optimizer converts every fp16 gradient to
-    fp32 before flattening them, fused_optimizer.py:277-291). They coexist with the optimizer state
-    and with the activations the caching allocator keeps reserved (one new block, which freed
-    activation blocks cannot hold), so they add to the peak: BLOOM's nvidia-smi readings
-    (benchmarks/data/bloom_chronicles.yaml) sit 2 B per parameter above the state and activations
-    with BF16_Optimizer and 4 B with FP16_Optimizer."""
+    fp32 before flattening them, fused_optimizer.py:277-291). They are made after the last backward,
+    when the activations are freed but still held in the caching allocator's blocks, so they add to
+    what the allocator holds (reserved, nvidia-smi), not to the peak allocation: BLOOM's nvidia-smi
+    readings (benchmarks/data/bloom_chronicles.yaml) sit 2 B per parameter above the state and
+    activations in its 10 BF16_Optimizer runs, and 4 B in its one FP16_Optimizer run (whose record
+    says it ran on another code branch: the FP16 case rests on that one run)."""
     bf16_opt = bf16_optimizer_in_use(precision, zero, fw)
     fixed = lookup(np.array([fw.zero0_step_copy_bytes.get(n, 0.0) for n in _PRECISIONS]), precision)
     other = where((asv(zero) == ZERO0) & ~bf16_opt, fixed * asf(params), 0.0)
@@ -158,7 +161,7 @@ def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_la
     backward additionally materialises what recompute threw away (one layer's worth), so stronger
     recompute never needs more memory (Korthikanti et al. 2022, §4-5). With `ckpt_offload` the
     checkpoints wait in host memory and only the layer being recomputed is on the GPU (DeepSpeed
-    checkpointing.py:530-531 copies each checkpoint to the CPU, :625-626 back for its backward).
+    0.16.2 checkpointing.py:530-531 copies each checkpoint to the CPU, :615-617 back for its backward).
     """
     ckpt = where(ckpt_offload, 0.0, ckpt)
     recompute = asv(recompute)

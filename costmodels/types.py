@@ -470,7 +470,7 @@ class MemoryBreakdown:
     logits: float
     comm_buffers: float
     workspace: float
-    step_copies: float                  # the ZeRO-0 optimizer step's gradient copies (DeepSpeed)
+    step_copies: float                  # the ZeRO-0 optimizer step's gradient copies (DeepSpeed), held on top
     fragmentation: float
     cuda_context: float
 
@@ -481,13 +481,13 @@ class MemoryBreakdown:
     @property
     def allocated(self) -> float:
         """Live tensors at the peak (what torch.cuda.max_memory_allocated reports)."""
-        return (self.model_states + self.activations + self.logits + self.comm_buffers + self.workspace
-                + self.step_copies)
+        return self.model_states + self.activations + self.logits + self.comm_buffers + self.workspace
 
     @property
     def reserved(self) -> float:
-        """What PyTorch's caching allocator holds (torch.cuda.max_memory_reserved)."""
-        return self.allocated + self.fragmentation
+        """What PyTorch's caching allocator holds (torch.cuda.max_memory_reserved): the peak's allocation,
+        its cache, and the optimizer step's copies that need new blocks."""
+        return self.allocated + self.fragmentation + self.step_copies
 
     @property
     def total(self) -> float:

@@ -41,9 +41,10 @@ def hidden_communication(model, cluster, framework, layout, est) -> dict[str, fl
 def offload_needs(model, cluster, framework, layout) -> dict | None:
     """Host (CPU) memory and NVMe space per node that an offload layout needs, against the cluster's.
 
-    The amounts are the cost model's own (`host_bytes_per_node` of the batch estimator: 16 bytes per
-    offloaded optimizer parameter, 2 per offloaded weight, per GPU, times GPUs per node); NVMe holds
-    them when the optimizer is offloaded to NVMe. None when nothing is offloaded."""
+    The amounts are the cost model's own (`host_ram_bytes_per_node` and `host_nvme_bytes_per_node` of
+    the batch estimator: 16 bytes per offloaded optimizer parameter, 2 per offloaded weight, per GPU,
+    times GPUs per node, on NVMe when the optimizer is offloaded to NVMe; offloaded activation
+    checkpoints in host memory). None when nothing is offloaded."""
     from costmodels.estimate import estimate_batch
     from costmodels.types import LayoutBatch, Offload
 
@@ -51,9 +52,8 @@ def offload_needs(model, cluster, framework, layout) -> dict | None:
             and layout.offload_activations is Offload.NONE):
         return None
     batch = estimate_batch(model, cluster, framework, LayoutBatch.from_layouts([layout]))
-    needed = float(batch.columns.get("host_bytes_per_node", [0.0])[0])
-    nvme = layout.offload_optimizer is Offload.NVME
-    host_need, nvme_need = (0.0, needed) if nvme else (needed, 0.0)
+    host_need = float(batch.columns["host_ram_bytes_per_node"][0])
+    nvme_need = float(batch.columns["host_nvme_bytes_per_node"][0])
     return {"host_bytes_per_node": host_need, "host_memory_bytes_per_node": float(cluster.host_memory_bytes),
             "nvme_bytes_per_node": nvme_need, "nvme_capacity_bytes_per_node": float(cluster.nvme_bytes),
             "fits": bool(batch.host_fits[0])}

@@ -149,6 +149,9 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     for key in ("first_stage_layers", "last_stage_layers"):
         if p.get(key):
             parallel[key] = int(p[key])
+    for key in ("offload_optimizer", "offload_params", "offload_activations"):
+        if p.get(key):
+            parallel[key] = str(p[key])
     parallel["zero_stage"] = p["zero_stage"] if p.get("zero_stage") is not None else rules.get("zero", 1)
     if parallel.get("micro_batch") is None:
         parallel["micro_batch"] = 1

@@ -423,7 +423,7 @@ def test_zero0_optimizer_step_copies_follow_deepspeed_code():
 
 
 def test_activation_offload_keeps_one_layer_of_checkpoints_on_the_gpu():
-    """DeepSpeed --checkpoint-in-cpu (checkpointing.py:530-531, 625-626): each layer's checkpointed
+    """DeepSpeed --checkpoint-in-cpu (checkpointing.py:530-531, 615-617): each layer's checkpointed
     input goes to host memory in forward and comes back for its recompute, with blocking copies. The
     GPU keeps one layer's working set instead of one checkpoint per layer and micro-batch in flight;
     host memory holds those; every micro-batch moves them across PCIe twice."""
@@ -449,3 +449,17 @@ def test_activation_offload_keeps_one_layer_of_checkpoints_on_the_gpu():
     batch = estimate_batch(model, cluster, mds, LayoutBatch.from_layouts([base, off]))
     host = [float(x) for x in batch.columns["host_bytes_per_node"]]
     assert host == [0.0, pytest.approx(cluster.gpus_per_node * layers * ckpt, rel=1e-6)]
+    # Under DeepSpeed's PipelineEngine each in-flight micro-batch keeps its received input and its
+    # output in pipe_buffers on the GPU (pipe/engine.py:713-716, 760), offloaded checkpoints or not.
+    piped = replace(off, pp=4, dp=16, zero=1, mbs=1)
+    one = float(checkpoint_bytes(model, 8192, 1, False, Precision.BF16.code))
+    from costmodels.layout_memory import stage_activations
+    from costmodels.stages import read_knobs, stage_layers
+
+    def first_stage(layout):
+        k = read_knobs(LayoutBatch.from_layouts([layout]))
+        return float(stage_activations(model, mds, k, stage_layers(model, k))[0][0])
+
+    inflight, stage = 4, layers // 4         # first stage: 1F1B holds pp micro-batches of its 20 layers
+    kept = first_stage(replace(piped, offload_activations=Offload.NONE))
+    assert kept - first_stage(piped) == pytest.approx((inflight * (stage - 2) - 1) * one, rel=1e-6)

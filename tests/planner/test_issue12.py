@@ -565,3 +565,19 @@ def test_a_study_stored_by_an_older_planner_is_refused_in_one_line(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "error: study 'lead' was made by an older planner that stored knobs as integer codes; give another "
         "--study-name (or --storage) to start a new study"]
+
+
+def test_offload_report_splits_host_memory_and_nvme():
+    """Optimizer state on NVMe and activation checkpoints in host memory: each is reported where it
+    lives (the checkpoints were once counted as NVMe with the rest)."""
+    from planner.api import estimate
+
+    case = {"model": "llama2-13b",
+            "cluster": {"gpu": "A100-40GB", "num_gpus": 8, "gpus_per_node": 8, "nvme": "8 TiB"},
+            "parallel": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "offload_optimizer": "nvme",
+                         "recompute": "full", "global_batch": 64}}
+    nvme_only = estimate(case).to_dict()["offload_per_node"]
+    both = estimate({**case, "parallel": {**case["parallel"], "offload_activations": "cpu"}}).to_dict()["offload_per_node"]
+    assert nvme_only["host_bytes_per_node"] == 0.0 and nvme_only["nvme_bytes_per_node"] > 0
+    assert both["nvme_bytes_per_node"] == nvme_only["nvme_bytes_per_node"]
+    assert both["host_bytes_per_node"] > 0
