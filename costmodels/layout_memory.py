@@ -42,9 +42,9 @@ def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
 def host_checkpoint_bytes(m: ModelSpec, k: Knobs, stages: Stages):
     """Host bytes per GPU of offloaded activation checkpoints, on the stage that holds the most."""
     ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
-    per_stage = [memory.offloaded_checkpoint_bytes(ckpt, layers, memory.inflight_microbatches(k.pp, k.vpp, k.n_micro, s),
-                                                   k.ckpt_offload)
-                 for layers, s in ((stages.first, 0), (stages.mid, 1), (stages.last, k.pp - 1))]
+    inflight = [memory.inflight_microbatches(k.pp, k.vpp, k.n_micro, s) for s in (0, 1, k.pp - 1)]
+    per_stage = [memory.offloaded_checkpoint_bytes(ckpt, layers, n, k.ckpt_offload)
+                 for layers, n in zip((stages.first, stages.mid, stages.last), inflight)]
     return maximum(per_stage[0], maximum(per_stage[1], per_stage[2]))
 
 

@@ -298,7 +298,8 @@ class Framework:
     comm_buffer_bytes: float           # NCCL / bucket buffers held during the step
     logits_bytes_per_element: float    # peak bytes per logit during the loss (bf16 + fp32 copy)
     zero0_shards_optimizer: tuple[str, ...] = ()   # precisions whose ZeRO-0 optimizer still shards (BF16_Optimizer)
-    zero0_step_copy_bytes: Mapping[str, float] = field(default_factory=dict)   # per parameter, by precision, at the ZeRO-0 optimizer step
+    # bytes per parameter the ZeRO-0 optimizer step copies, by precision (memory.zero0_step_copy_bytes)
+    zero0_step_copy_bytes: Mapping[str, float] = field(default_factory=dict)
     zero3_recompute_gathers: float = 1.0   # extra ZeRO-3 gathers of a layer for its recompute forward
     fsdp_pp_unsharded: bool = False    # FSDP with PP: stage weights stay gathered, fp32 grads accumulate unsharded
     zero3_gathers_per_layer: float = 1.0   # ZeRO-3 / FSDP all-gather calls per layer and pass (fetch granularity)
