@@ -94,7 +94,7 @@ def zero0_step_copy_bytes(params, precision, zero, grad_comm, fw: Framework):
     when the activations are freed but still held in the caching allocator's blocks, so they add to
     what the allocator holds (reserved, nvidia-smi), not to the peak allocation: BLOOM's nvidia-smi
     readings (benchmarks/data/bloom_chronicles.yaml) sit 2 B per parameter above the state and
-    activations in its 10 BF16_Optimizer runs, and 4 B in its one FP16_Optimizer run (whose record
+    activations in its 11 BF16_Optimizer runs, and 4 B in its one FP16_Optimizer run (whose record
     says it ran on another code branch: the FP16 case rests on that one run)."""
     bf16_opt = bf16_optimizer_in_use(precision, zero, fw)
     fixed = lookup(np.array([fw.zero0_step_copy_bytes.get(n, 0.0) for n in _PRECISIONS]), precision)
