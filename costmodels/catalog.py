@@ -517,10 +517,18 @@ def framework_from_dict(d: dict) -> Framework:
             cuda_context_bytes=q("cuda_context"),
             comm_buffer_bytes=q("comm_buffers"),
             logits_bytes_per_element=float(d["logits_bytes_per_element"]),
+            attention_head_dims=_head_dims(d, what),
             source=str(d.get("source", "")),
         )
     except KeyError as exc:
         raise SpecError(f"{what}: missing required field {exc}") from None
+
+
+def _head_dims(d: dict, what: str) -> tuple[int, ...]:
+    dims = d.get("attention_head_dims") or []
+    if not isinstance(dims, list) or not all(isinstance(x, int) and x > 0 for x in dims):
+        raise SpecError(f"{what}: attention_head_dims must be a list of positive integers")
+    return tuple(sorted(dims))
 
 
 def _state_bytes(d: dict, what: str, key: str = "state_bytes") -> dict:
@@ -537,6 +545,11 @@ def _state_bytes(d: dict, what: str, key: str = "state_bytes") -> dict:
 @functools.lru_cache(maxsize=None)
 def _framework_preset(name: str) -> Framework:
     return framework_from_dict(_lookup("framework", name))
+
+
+def framework_dict(name: str) -> dict:
+    """The raw mapping of a framework preset (a copy), to derive a variant from."""
+    return _lookup("framework", name)
 
 
 def load_framework(ref) -> Framework:

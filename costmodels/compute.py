@@ -5,8 +5,8 @@ Each kernel class is costed as work / achieved rate + a fixed cost per kernel:
                 split-K, a K roll-off and the HBM roofline (costmodels/gemm.py), at
                 `gemm_efficiency` x peak for a large, well-quantised GEMM;
   attention     FlashAttention FLOP at `attention_efficiency` x peak (Dao 2023, arXiv:2307.08691,
-                §4.1: causal masking skips half the blocks), or two batched GEMMs plus the s x s
-                softmax traffic without it;
+                §4.1: causal masking skips half the blocks), less the head-dim padding of the kernel
+                the framework runs, or two batched GEMMs plus the s x s softmax traffic without it;
   elementwise   bytes moved at `hbm_efficiency` x HBM bandwidth (norms, activation, dropout,
                 residual adds: the memory-bound ops of Korthikanti et al. 2022, §4, Table 2);
   kernels       `kernel_overhead_s` each (launch, ramp-up and tail of small kernels).
@@ -69,6 +69,19 @@ def attention_rate(cluster: ClusterSpec, precision):
     half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
     fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
     return where(asv(precision) == FP32, fp32, half) * g.attention_efficiency
+
+
+def attention_head_dim_share(m: ModelSpec, fw: Framework) -> float:
+    """Useful share of a flash kernel's work: the kernel is compiled for a few head dims and runs the
+    smallest one >= the model's, padding the rest with zeros. FlashAttention-2 has kernels for 32, 64,
+    96, 128, 192, 256 (Dao-AILab/flash-attention csrc/flash_attn/src/static_switch.h:90-111,
+    HEADDIM_SWITCH), so head dim 160 runs the 192 kernel; the triton kernel pads to the next power of
+    two (flash_attn/flash_attn_triton.py:848, 914: BLOCK_HEADDIM = max(next_power_of_2(d), 16)), so
+    96 runs at 96/128. A head dim above every kernel, or a framework with no list (cuDNN fused
+    attention takes any multiple of 8), is taken unpadded."""
+    d = m.head_dim
+    kernel = next((k for k in fw.attention_head_dims if k >= d), d)
+    return d / kernel
 
 
 def sparse_speedup(cluster: ClusterSpec, sparsity):
@@ -206,8 +219,9 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     elem = layer_elementwise_bytes(m, tokens, seq_len, tp, sp, flash, precision) * fw.elementwise_traffic
     bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
     # Non-flash attention runs as batched GEMMs at GEMM efficiency; flash at its own.
-    attn_rate = where(flash, attention_rate(cluster, precision) * fw.attention_speedup,
-                         gemm_rate(cluster, where(asv(precision) == FP32, FP16, precision)))
+    attn_rate = where(flash, attention_rate(cluster, precision) * fw.attention_speedup
+                      * attention_head_dim_share(m, fw),
+                      gemm_rate(cluster, where(asv(precision) == FP32, FP16, precision)))
     n_fwd, n_bwd = _kernel_counts(m, flash)
     # TP: two all-reduces (or reduce-scatter + all-gather with SP, same bytes) per layer pass
     # (Shoeybi et al. 2019, §3, Fig. 4; Korthikanti et al. 2022, §4.2.2).

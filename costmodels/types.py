@@ -306,6 +306,8 @@ class Framework:
     zero3_reduce_bucket_params: float = 0.0   # ZeRO-3 gradient reduce-scatter bucket; 0: one call per gather unit
     grad_accumulation_bytes: float = 0.0      # bytes per parameter per micro-batch of gradient accumulation
                                               # outside the weight-gradient GEMM (0: fused into it)
+    attention_head_dims: tuple[int, ...] = ()  # head dims the flash kernel is built for (smallest >= d runs);
+                                              # empty: any head dim runs unpadded
     source: str = ""
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from costmodels import catalog
 from costmodels.errors import SpecError
 from costmodels.estimate import estimate_batch
 from costmodels.types import LayoutBatch
@@ -257,6 +258,18 @@ def eq3_flop(b, s, l, h, v):
     return 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
 
 
+def triton_attention_framework(name: str) -> dict:
+    """`name`'s cost profile running the triton FlashAttention kernel (--use-flash-attn-triton:
+    Megatron-DeepSpeed megatron/model/transformer.py:47 imports flash_attn.flash_attn_triton), whose
+    kernel constants llm-foundry's profile already carries (its attn_impl: triton is a copy of the
+    same kernel): one constant shared, not a new one."""
+    profile = catalog.framework_dict(name)
+    kernel = catalog.framework_dict("llm-foundry")
+    profile.update(attention_speedup=kernel["attention_speedup"],
+                   attention_head_dims=kernel["attention_head_dims"])
+    return profile
+
+
 def record_from_deepspeed(rec: dict) -> Record | None:
     m, c, p, me = rec["model"], rec["cluster"], dict(rec["parallel"]), rec["measured"]
     if rec["id"].startswith(("bloom-", "mds-bert", "zeropp", "ulysses", "alcf-mds-aurora", "zero3offload")):
@@ -269,6 +282,9 @@ def record_from_deepspeed(rec: dict) -> Record | None:
     if p.get("global_batch") is None:
         p["global_batch"] = p["micro_batch"] * p["dp"]    # ASSUMED: no gradient accumulation stated
     p["cp"] = p.get("cp") or 1
+    triton = rec["id"].startswith("mds-longseq")
+    if triton:
+        p["flash_attention"] = True     # the folder's scripts pass --use-flash-attn-triton at every length
     if p.get("flash_attention") is None and m["seq_length"] >= 8192:
         p["flash_attention"] = True     # ASSUMED: s x s scores at 32K-128K tokens cannot be materialised
     if p.get("offload") in ("cpu", "nvme"):
@@ -286,6 +302,8 @@ def record_from_deepspeed(rec: dict) -> Record | None:
     copy = {**rec, "model": model, "parallel": p, "cluster": {**c, "gpu": gpu},
             "measured": {**me, "step_time_s": step, "peak_memory_gib": None}}
     out = record_from_published(copy, rules=DEEPSPEED_RULES, source="deepspeed")
+    if out is not None and triton:
+        out.case["framework"] = triton_attention_framework(out.case["framework"])
     if out is not None and p.get("offload_optimizer"):
         out.case["parallel"]["offload_optimizer"] = p["offload_optimizer"]
     if out is not None and rec["id"].startswith("azure-ds-") and out.case["parallel"]["recompute"] == "full":
