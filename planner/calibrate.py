@@ -5,8 +5,8 @@ Inputs: Megatron-DeepSpeed logs (the lines `megatron/training.py` training_log a
 report_memory print at the pinned commit), each with the plan.json whose candidate it ran, or measured
 runs as YAML in the schema of ../shared/validation/README.md.
 
-Constants (CONSTANTS): a scale on the GPU's GEMM and attention efficiencies, the network efficiency and
-the per-step overhead. The fit is the posterior mode: least squares on log step time, each run's error
+Constants (CONSTANTS): a scale on the GPU's GEMM and attention efficiencies, the network efficiency,
+the per-step overhead and the host's time to issue one kernel (CPU speed; small layouts are host-bound). The fit is the posterior mode: least squares on log step time, each run's error
 measured against RUN_SIGMA (the model's own scatter within a source), plus a log-normal prior on each
 constant, inside hard bounds (a projected Levenberg-Marquardt in numpy, so the planner needs no scipy).
 A constant no run's step time responds to keeps its catalog value.
@@ -39,8 +39,10 @@ CONSTANTS = (
              "multiplies the GPU's gemm_efficiency and attention_efficiency (each capped at 0.99)"),
     Constant("network_efficiency", 0.2, 0.98, 0.5, "achieved bus bandwidth / NIC line rate (cluster)"),
     Constant("iteration_overhead_s", 1e-4, 2.0, 1.0, "per-step overhead of the framework, seconds"),
+    Constant("host_overhead_s", 5e-6, 2e-4, 0.5, "CPU time to issue one GPU kernel (the host's speed), seconds"),
 )
 NAMES = tuple(c.name for c in CONSTANTS)
+FRAMEWORK_CONSTANTS = ("iteration_overhead_s", "host_overhead_s")     # the rest live on the cluster
 
 
 # ---- applying a calibration ---------------------------------------------------------------------
@@ -89,10 +91,14 @@ def apply_cluster(cluster, constants: dict):
     return cluster
 
 
+def framework_overrides(constants: dict) -> dict:
+    """The calibrated constants that replace fields of the framework's cost profile."""
+    return {k: constants[k] for k in FRAMEWORK_CONSTANTS if k in constants}
+
+
 def apply_framework(framework, constants: dict):
-    if "iteration_overhead_s" in constants:
-        framework = replace(framework, iteration_overhead_s=constants["iteration_overhead_s"])
-    return framework
+    overrides = framework_overrides(constants)
+    return replace(framework, **overrides) if overrides else framework
 
 
 def apply_case(case, constants: dict):
@@ -104,7 +110,8 @@ def apply_case(case, constants: dict):
 
 def current_constants(case) -> dict:
     return {"compute_scale": 1.0, "network_efficiency": float(case.cluster.network_efficiency),
-            "iteration_overhead_s": float(case.framework.iteration_overhead_s)}
+            "iteration_overhead_s": float(case.framework.iteration_overhead_s),
+            "host_overhead_s": float(case.framework.host_overhead_s)}
 
 
 # ---- Megatron-DeepSpeed logs --------------------------------------------------------------------

@@ -55,6 +55,32 @@ def test_calibration_recovers_known_constants():
     assert min(abs(e) for e in cal.before) > 0.1
 
 
+def test_calibration_recovers_the_hosts_kernel_issue_time():
+    """The CPU time to issue a kernel is a property of the cluster's hosts: small layouts on a slower
+    host are host-bound (vTrain's runs: 70-73 ms per micro-batch whatever the micro-batch), and
+    calibration recovers it from runs that differ in how host-bound they are."""
+    specs = [("gpt-1.7b", 8, dict(tp=tp, pp=1, micro_batch=mbs, global_batch=8 * mbs * 8 // tp))
+             for tp in (1, 2, 8) for mbs in (1, 4)]
+    cases = [case_from_dict({"model": m, "cluster": {"gpu": "H100-SXM", "num_gpus": n, "gpus_per_node": 8},
+                             "parallel": p}) for m, n, p in specs]
+    truth = {"compute_scale": 0.9, "host_overhead_s": 80e-6}
+    runs = [Run(str(i), "t", c, 1.0) for i, c in enumerate(cases)]
+    measured = predict(runs, truth)
+    assert max(measured / predict(runs, {})) > 1.3          # some of them host-bound at 80 us
+    cal = fit([Run(r.id, r.source, r.case, float(t)) for r, t in zip(runs, measured)], run_sigma=0.005)
+    assert cal.constants["host_overhead_s"] == pytest.approx(80e-6, rel=0.05)
+    assert max(abs(e) for e in cal.after) < 0.01
+
+
+def test_plan_applies_every_calibrated_framework_constant():
+    """`planner plan --calibration` carries the framework constants of a calibration (per-step
+    overhead and the host's time per kernel) into the search, as `planner estimate` does."""
+    kw = dict(gpus=8, global_batch=32, choices={"tp": [8], "pp": [1], "mbs": [1], "zero": [1]})
+    plain = planner.plan("gpt-1.7b", "H100-SXM", **kw)
+    slow_host = planner.plan("gpt-1.7b", "H100-SXM", calibration={"host_overhead_s": 150e-6}, **kw)
+    assert slow_host.best.estimate.time.step > 1.5 * plain.best.estimate.time.step
+
+
 def test_one_run_moves_the_constants_only_part_of_the_way():
     """One measured run is one number with the model's own error in it (RUN_SIGMA): calibrating on it
     takes the posterior mode, which closes part of that run's gap, not all of it (matching it exactly
@@ -107,7 +133,8 @@ def test_cli_calibrate_on_probe_logs_then_estimate_and_plan(probe_dir, tmp_path)
     assert r.exit_code == 0, r.output
     assert "before" in r.output and "after" in r.output and "MAPE" in r.output
     data = yaml.safe_load(calib.read_text())
-    assert set(data["constants"]) == {"compute_scale", "network_efficiency", "iteration_overhead_s"}
+    assert set(data["constants"]) == {"compute_scale", "network_efficiency", "iteration_overhead_s",
+                                      "host_overhead_s"}
     assert len(data["runs"]) == 3 and data["mape_after"] < 0.02 < data["mape_before"]
     assert "prior" in data["provenance"] and "bounds" in data["provenance"]
     measured = parse_log(logs[0]).step_s
