@@ -7,6 +7,7 @@ import copy
 import difflib
 import functools
 import json
+import math
 import os
 import stat
 from importlib import resources
@@ -62,8 +63,10 @@ MAX_NESTING = 64                # YAML / JSON nesting depth (deeper input would 
 MAX_NODES = 200_000             # YAML nodes after expanding aliases (a "billion laughs" file has 10^9)
 
 
-def read_text_file(path: str | os.PathLike, what: str) -> str:
-    """A user's input file as text: a regular file (not a FIFO or device), at most MAX_INPUT_BYTES, UTF-8."""
+def read_text_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTES,
+                   errors: str = "strict") -> str:
+    """A user's input file as text: a regular file (not a FIFO or device), at most `limit` bytes
+    (MAX_INPUT_BYTES), UTF-8 (`errors="replace"` for logs, which may hold any bytes)."""
     p = Path(path)
     try:
         st = os.stat(p)
@@ -75,15 +78,16 @@ def read_text_file(path: str | os.PathLike, what: str) -> str:
         raise SpecError(f"{what} '{path}' is a directory; give a YAML file")
     if not stat.S_ISREG(st.st_mode):
         raise SpecError(f"{what} '{path}' is not a regular file (a device, FIFO or socket); give a file")
-    if st.st_size > MAX_INPUT_BYTES:
-        raise SpecError(f"{what} file '{path}' is {st.st_size / 2**20:.1f} MiB; input files are limited to "
-                        f"{MAX_INPUT_BYTES // 2**20} MiB")
+    if st.st_size > limit:
+        kind = "input" if limit == MAX_INPUT_BYTES else what
+        raise SpecError(f"{what} file '{path}' is {st.st_size / 2**20:.1f} MiB; {kind} files are limited to "
+                        f"{limit // 2**20} MiB")
     try:
         with open(p, "rb") as fh:
-            raw = fh.read(MAX_INPUT_BYTES + 1)
-        if len(raw) > MAX_INPUT_BYTES:
-            raise SpecError(f"{what} file '{path}' is larger than {MAX_INPUT_BYTES // 2**20} MiB")
-        return raw.decode("utf-8")
+            raw = fh.read(limit + 1)
+        if len(raw) > limit:
+            raise SpecError(f"{what} file '{path}' is larger than {limit // 2**20} MiB")
+        return raw.decode("utf-8", errors=errors)
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read {what} file '{path}': {exc.__class__.__name__}") from None
 
@@ -115,9 +119,16 @@ def _check_yaml_shape(text: str, what: str, path) -> None:
                             "refusing it")
 
 
+MAX_INPUT_INT = 10**18          # no count, size or rate an input states comes near (1 EiB is 1.2e18 B)
+
+
 def _check_text(data, what: str, path, where: str = "") -> None:
     """Every string of a parsed file must be Unicode text: a YAML or JSON escape such as \\ud800 gives a
-    lone surrogate, which no file or terminal can encode (it would end the run in a traceback)."""
+    lone surrogate, which no file or terminal can encode (it would end the run in a traceback). Every
+    integer must be below MAX_INPUT_INT: larger ones overflow a float or a C long further on."""
+    if isinstance(data, int) and not isinstance(data, bool) and abs(data) >= MAX_INPUT_INT:
+        raise SpecError(f"{what} file '{path}'{where} holds a {len(str(abs(data)))}-digit integer, beyond "
+                        "any real quantity (the limit is 10^18); check the value")
     if isinstance(data, str):
         if any("\ud800" <= ch <= "\udfff" for ch in data):
             raise SpecError(f"{what} file '{path}'{where} holds a lone surrogate escape (\\ud800-\\udfff), "
@@ -131,8 +142,8 @@ def _check_text(data, what: str, path, where: str = "") -> None:
             _check_text(v, what, path, where)
 
 
-def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
-    """Load a user's YAML/JSON file into a dict, with one-line errors for every way it can fail."""
+def read_yaml_data(path: str | os.PathLike, what: str):
+    """Load a user's YAML/JSON file (any top-level type), with one-line errors for every way it can fail."""
     text = read_text_file(path, what)
     try:
         _check_yaml_shape(text, what, path)
@@ -144,11 +155,19 @@ def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
         raise SpecError(f"{what} file '{path}' is not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise SpecError(f"{what} file '{path}' is nested too deeply") from None
+    except ValueError:          # an integer literal of more than 4,300 digits (sys.int_info)
+        raise SpecError(f"{what} file '{path}' holds a number too long to read; check the values") from None
     if data is None:
         raise SpecError(f"{what} file '{path}' is empty")
+    _check_text(data, what, path)
+    return data
+
+
+def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
+    """Load a user's YAML/JSON file into a dict, with one-line errors for every way it can fail."""
+    data = read_yaml_data(path, what)
     if not isinstance(data, dict):
         raise SpecError(f"{what} file '{path}' must hold a mapping of keys, not {type(data).__name__}")
-    _check_text(data, what, path)
     return data
 
 
@@ -159,14 +178,22 @@ def read_json_file(path: str | os.PathLike, what: str):
     def constant(name):
         raise SpecError(f"{what} file '{path}' holds {name}, which is not a number JSON allows")
 
+    def finite(literal):
+        value = float(literal)
+        if not math.isfinite(value):
+            raise SpecError(f"{what} file '{path}' holds {literal[:40]}, beyond any floating-point number")
+        return value
+
     try:
-        data = json.loads(text, parse_constant=constant)
+        data = json.loads(text, parse_constant=constant, parse_float=finite)
         _check_text(data, what, path)
         return data
     except json.JSONDecodeError as exc:
         raise SpecError(f"{what} file '{path}' is not valid JSON at line {exc.lineno}: {exc.msg}") from None
     except RecursionError:
         raise SpecError(f"{what} file '{path}' is nested too deeply") from None
+    except ValueError:          # an integer literal of more than 4,300 digits (sys.int_info)
+        raise SpecError(f"{what} file '{path}' holds a number too long to read; check the values") from None
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -271,6 +298,13 @@ def gpu_system_defaults(ref) -> dict:
     return dict(d.get("system", {}) or {})
 
 
+def _bandwidth(value: float, key: str) -> float:
+    if 0 < value < 1e6:
+        raise SpecError(f"cluster {key}: {value:g} B/s is below 1 MB/s, slower than any interconnect; "
+                        "check the unit (e.g. 400 Gb/s, 900 GB/s)")
+    return value
+
+
 def cluster_from_dict(d: dict) -> ClusterSpec:
     """Cluster YAML: `gpu` (catalog name or mapping) plus overrides of its typical system."""
     if not isinstance(d, dict):
@@ -289,10 +323,13 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
             raise SpecError(f"cluster: {key} must be a whole number, got {value!r}")
     domain = parse_number(system.get("nvlink_domain", gpn), what="cluster nvlink_domain", low=1,
                           high=1_000_000, integer=True)
-    bw = lambda k, default, positive=True: parse_quantity(system.get(k, default), what=f"cluster {k}",  # noqa: E731
-                                                          dim="bytes/s", positive=positive)
+    bw = lambda k, default, positive=True: _bandwidth(parse_quantity(system.get(k, default),  # noqa: E731
+                                                                     what=f"cluster {k}", dim="bytes/s",
+                                                                     positive=positive), k)
     size = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}", dim="bytes")  # noqa: E731
-    latency = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}", dim="s")  # noqa: E731
+    # a latency above 1 s or a link below 1 MB/s is no interconnect (and would overflow the step time)
+    latency = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}", dim="s",  # noqa: E731
+                                                maximum=1.0)
     frac = lambda k, default: parse_number(system.get(k, default), what=f"cluster {k}", low=0.0,  # noqa: E731
                                            high=1.0, low_open=True)
     return ClusterSpec(
@@ -326,6 +363,8 @@ def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = N
         d = {"gpu": ref}
     elif isinstance(ref, dict):
         d = dict(ref)
+    elif not isinstance(ref, (str, os.PathLike)):
+        raise SpecError(f"cluster: expected a GPU name, a cluster file or a mapping, got {str(ref)[:60]!r}")
     else:
         raw = _lookup("gpu", ref) if isinstance(ref, str) and not _looks_like_path(ref) else None
         d = raw if raw is not None else read_yaml_file(ref, "cluster")

@@ -356,13 +356,14 @@ class Layout:
                 raise SpecError(f"layout: {name} = {value} is beyond any real layout (max 10^9)")
         if self.zero not in ZeroStage._CODES.values():
             raise SpecError(f"layout: zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.first_stage_layers < 0 or self.last_stage_layers < 0:
-            raise SpecError("layout: first_stage_layers / last_stage_layers must be >= 0 (0 = even split)")
+        for name in ("first_stage_layers", "last_stage_layers", "recompute_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= 10**9:
+                raise SpecError(f"layout: {name} must be a whole number from 0 to 10^9 (0 = "
+                                f"{'all layers' if name == 'recompute_layers' else 'even split'}), got {value!r}")
         if self.offload_activations is Offload.NVME:
             raise SpecError("layout: activation checkpoints go to host memory only (DeepSpeed --checkpoint-in-cpu); "
                             "use offload_activations: cpu")
-        if self.recompute_layers < 0:
-            raise SpecError("layout: recompute_layers must be >= 0 (0 = all layers)")
         if not 0.0 < self.density <= 1.0:
             raise SpecError(f"layout: density must be in (0, 1], got {self.density}")
         if self.gbs % (self.mbs * self.dp):

@@ -59,7 +59,7 @@ def _unit_factor(unit: str) -> float:
 
 
 def parse_quantity(value, *, what: str = "value", dim: str | None = None, positive: bool = False,
-                   minimum: float | None = None) -> float:
+                   minimum: float | None = None, maximum: float | None = None) -> float:
     """Parse "80 GiB" / "3.35 TB/s" / "989 TFLOP/s" / "400 Gb/s" / "5 us" / 12 into an SI float.
 
     With `dim` ("bytes", "bytes/s", "FLOP/s", "FLOP", "s") the value must carry a unit of that
@@ -71,6 +71,8 @@ def parse_quantity(value, *, what: str = "value", dim: str | None = None, positi
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise SpecError(f"{what}: expected {expected}, got {value!r}")
     if isinstance(value, (int, float)):
+        if isinstance(value, int) and abs(value) >= 10**18:
+            raise SpecError(f"{what}: {str(value)[:20]}... is beyond any real quantity (at most 10^18)")
         number, unit_dim = float(value), None
         factor = 1.0
     else:
@@ -94,6 +96,9 @@ def parse_quantity(value, *, what: str = "value", dim: str | None = None, positi
         raise SpecError(f"{what}: expected a plain number, got {value!r}")
     if minimum is not None and number * factor < minimum:
         raise SpecError(f"{what}: {value!r} is out of range; expected a number of at least {minimum:g}")
+    if maximum is not None and number * factor > maximum:
+        unit = {"s": " s", "bytes": " B", "bytes/s": " B/s", "FLOP/s": " FLOP/s", "FLOP": " FLOP"}.get(dim, "")
+        raise SpecError(f"{what}: {value!r} is out of range; expected at most {maximum:g}{unit}")
     return number * factor
 
 

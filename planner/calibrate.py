@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from costmodels import catalog
 from costmodels.errors import SpecError
 
 
@@ -49,21 +50,15 @@ FRAMEWORK_CONSTANTS = ("iteration_overhead_s", "host_overhead_s")     # the rest
 
 def load_calibration(path) -> dict:
     """calib.yaml -> {constant: value}; unknown or out-of-bounds constants are refused."""
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise SpecError(f"calibration file '{path}': {exc.strerror or exc}") from None
-    except yaml.YAMLError:
-        raise SpecError(f"calibration file '{path}' is not valid YAML") from None
-    if not isinstance(data, dict) or not isinstance(data.get("constants"), dict):
+    data = catalog.read_yaml_file(path, "calibration")
+    if not isinstance(data.get("constants"), dict):
         raise SpecError(f"calibration file '{path}' has no 'constants' mapping (write it with `planner calibrate`)")
     out = {}
     for k, v in data["constants"].items():
         spec = next((c for c in CONSTANTS if c.name == k), None)
         if spec is None:
             raise SpecError(f"calibration file '{path}': unknown constant {k!r} (known: {', '.join(NAMES)})")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not spec.low <= float(v) <= spec.high:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not spec.low <= v <= spec.high:
             raise SpecError(f"calibration file '{path}': {k} must be a number in [{spec.low}, {spec.high}], got {v!r}")
         out[k] = float(v)
     return out
@@ -117,14 +112,16 @@ def current_constants(case) -> dict:
 # ---- Megatron-DeepSpeed logs --------------------------------------------------------------------
 
 # megatron/training.py training_log (6acc370a, lines 1146-1184)
-_ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?elapsed time per iteration \(ms\): ([0-9.]+) \|")
-_FIELD = {"global_batch": re.compile(r"global batch size:\s+(\d+) \|"),
-          "seq_len": re.compile(r"actual seqlen:\s+(\d+) \|"),
-          "samples_per_s": re.compile(r"samples per second: ([0-9.]+) \|"),
-          "tflops": re.compile(r"TFLOPs: ([0-9.]+) \|")}
+# a number as training_log ('%.1f', '%.3f') and report_memory (str(float)) print it: bounded, so finite
+_NUM = r"(\d{1,15}(?:\.\d{1,20})?(?:[eE][+-]?\d{1,2})?)"
+_ITER = re.compile(r"iteration\s+(\d{1,15})/\s*(\d{1,15}) \|.*?elapsed time per iteration \(ms\): " + _NUM + r" \|")
+_FIELD = {"global_batch": re.compile(r"global batch size:\s+(\d{1,15}) \|"),
+          "seq_len": re.compile(r"actual seqlen:\s+(\d{1,15}) \|"),
+          "samples_per_s": re.compile(r"samples per second: " + _NUM + r" \|"),
+          "tflops": re.compile(r"TFLOPs: " + _NUM + r" \|")}
 # megatron/utils.py report_memory (lines 108-122)
-_MEM = re.compile(r"memory \(MB\) \| allocated: ([0-9.eE+-]+) \| max allocated: ([0-9.eE+-]+) \| "
-                  r"reserved: ([0-9.eE+-]+) \| max reserved: ([0-9.eE+-]+)")
+_MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: " + _NUM + r" \| "
+                  r"reserved: " + _NUM + r" \| max reserved: " + _NUM)
 # megatron/arguments.py _print_args: '  name ..... value'
 _ARG = re.compile(r"^\s+([a-z_0-9]+) \.+ (.*)$")
 CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attention_heads": "num_heads",
@@ -147,12 +144,11 @@ class LogRun:
     args: dict
 
 
+MAX_LOG_BYTES = 1 << 30        # a training log of a few million iteration lines
+
+
 def parse_log(path) -> LogRun:
-    p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
-    except OSError as exc:
-        raise SpecError(f"log '{path}': {exc.strerror or exc}") from None
+    text = catalog.read_text_file(path, "log", limit=MAX_LOG_BYTES, errors="replace")
     iters, fields, memory, args = [], {}, None, {}
     for line in text.splitlines():
         m = _ITER.search(line)
@@ -179,6 +175,9 @@ def parse_log(path) -> LogRun:
         raise SpecError(f"log '{path}' is truncated: its last iteration line is {last} of {total} "
                         "(the run stopped early or the log was cut)")
     steady = [ms for it, _, ms in iters if it > WARMUP_ITERS] or [iters[-1][2]]
+    if statistics.median(steady) <= 0:
+        raise SpecError(f"log '{path}': its elapsed time per iteration is 0 ms; a training step takes time, "
+                        "so the log is damaged")
     last_of = lambda k: fields[k][-1] if fields.get(k) else None
     gb, sl = last_of("global_batch"), last_of("seq_len")
     return LogRun(str(path), tuple((it, ms) for it, _, ms in iters), total, statistics.median(steady) / 1e3,
@@ -196,10 +195,10 @@ def _plan_for(log: Path, plan) -> Path:
 
 
 def _rank_of(log: Path, data: dict, path) -> int:
-    m = re.fullmatch(r"(\d+)", log.stem)
+    m = re.fullmatch(r"(\d{1,6})", log.stem)
     if m:
         return int(m.group(1))
-    if len(data.get("runner_ups", [])) == 0:
+    if len(data.get("runner_ups") or []) == 0:
         return 1
     raise SpecError(f"log '{log}': cannot tell which candidate of '{path}' it ran; name it <rank>.log "
                     "as probe.sh does")
@@ -207,17 +206,20 @@ def _rank_of(log: Path, data: dict, path) -> int:
 
 def case_for_log(log: Path, plan_path: Path):
     """(case, plan layout) of the candidate that `log` ran."""
-    from .emit.plan_file import _case, load_plan_json
+    from .emit.plan_file import _case, _describe, load_plan_json
     from .specs import case_from_dict
 
     data = load_plan_json(plan_path)
-    rank = _rank_of(log, data, plan_path)
-    case = _case(data)
-    if rank != 1:
-        entry = next((r for r in data.get("runner_ups", []) if r.get("rank") == rank), None)
-        if entry is None:
-            raise SpecError(f"log '{log}': plan '{plan_path}' has no candidate of rank {rank}")
-        case["parallel"] = {k: v for k, v in entry["layout"].items() if k != "density"}
+    try:
+        rank = _rank_of(log, data, plan_path)
+        case = _case(data)
+        if rank != 1:
+            entry = next((r for r in data.get("runner_ups") or [] if r.get("rank") == rank), None)
+            if entry is None:
+                raise SpecError(f"log '{log}': plan '{plan_path}' has no candidate of rank {rank}")
+            case["parallel"] = {k: v for k, v in entry["layout"].items() if k != "density"}
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise SpecError(f"plan file '{plan_path}' is damaged: {_describe(exc)}") from None
     return case_from_dict(case)
 
 
@@ -283,24 +285,30 @@ def _yaml_runs(p: Path) -> list[Run]:
     from .specs import case_from_dict
     from .validation import SOURCES, record_from_published, source_of
 
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError:
-        raise SpecError(f"runs file '{p}' is not valid YAML") from None
+    data = catalog.read_yaml_data(p, "runs")
     if not isinstance(data, list):
         raise SpecError(f"runs file '{p}' must be a list of records with model, cluster, parallel, measured")
     out = []
     for i, rec in enumerate(data):
-        if not isinstance(rec, dict) or any(k not in rec for k in ("model", "cluster", "parallel", "measured")):
-            raise SpecError(f"runs file '{p}', record {i + 1}: needs model, cluster, parallel and measured")
+        where = f"runs file '{p}', record {i + 1}"
+        if not isinstance(rec, dict) or any(not isinstance(rec.get(k), dict)
+                                            for k in ("model", "cluster", "parallel", "measured")):
+            raise SpecError(f"{where}: needs model, cluster, parallel and measured, each a mapping "
+                            "(../shared/validation/README.md)")
+        step = rec["measured"].get("step_time_s")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step < 1e7:
+            raise SpecError(f"{where}: measured.step_time_s must be a number of seconds above 0 (and below "
+                            f"10^7), got {str(step)[:40]!r}")
         rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec}
         rules = None if source_of(str(rec["id"])) in SOURCES else USER_RULES
         try:
             r = record_from_published(rec, rules=rules, source=None if rules is None else str(p))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SpecError(f"runs file '{p}', record {i + 1}: {exc}") from None
+        except KeyError as exc:
+            raise SpecError(f"{where}: missing field {exc} (../shared/validation/README.md)") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise SpecError(f"{where}: {str(exc)[:200]}") from None
         if r is None or not r.measured_step_s:
-            raise SpecError(f"runs file '{p}', record {i + 1}: no measured step time "
+            raise SpecError(f"{where}: no measured step time "
                             "(measured.step_time_s) or a GPU the catalog does not know")
         out.append(Run(r.id, r.source, case_from_dict(r.case), float(r.measured_step_s)))
     return out
@@ -448,15 +456,20 @@ def fit(runs: list[Run], fixed: tuple = (), run_sigma: float = RUN_SIGMA) -> Cal
     return Calibration(final, prior, list(runs), before, after, tuple(free_names), run_sigma)
 
 
-def calibrate(inputs, plan=None, out=None, fixed: tuple = ()) -> Calibration:
+def calibrate(inputs, plan=None, out=None, fixed: tuple = (), force: bool = False) -> Calibration:
     """Python API: refit the constants to logs (with their plan.json) or measured-run YAML files; with
-    `out`, write calib.yaml. Returns the Calibration (.constants, .before, .after, .to_dict())."""
+    `out`, write calib.yaml (atomically; an existing file only with `force`, never one of the inputs).
+    Returns the Calibration (.constants, .before, .after, .to_dict())."""
+    from .outdir import write_out_file
+
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
     runs = load_runs(inputs, plan)
+    read = list(inputs) + [plan] if plan is not None else list(inputs)
+    read += [str(_plan_for(Path(i), plan)) for i in inputs if Path(i).suffix not in (".yaml", ".yml")]
     cal = fit(runs, fixed=fixed)
     if out is not None:
-        Path(out).write_text(yaml.safe_dump(cal.to_dict(), sort_keys=False))
+        write_out_file(out, yaml.safe_dump(cal.to_dict(), sort_keys=False), force, inputs=read)
     return cal
 
 

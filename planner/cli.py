@@ -132,14 +132,15 @@ def validate(data, as_json, no_vtrain):
 @click.option("--plan", "plan_path", type=click.Path(), default=None,
               help="plan.json the logs came from (default: next to each log or one folder up).")
 @click.option("--out", type=click.Path(), default=None, help="Write the calibration here (calib.yaml).")
+@click.option("--force", is_flag=True, help="Replace an existing --out file.")
 @click.option("--json", "as_json", is_flag=True, help="Print calib.yaml's content as JSON.")
-def calibrate(inputs, plan_path, out, as_json):
+def calibrate(inputs, plan_path, out, force, as_json):
     """Refit compute scale, network efficiency, per-step overhead and the host's per-kernel time to
     measured runs: Megatron-DeepSpeed logs (probe/<rank>.log with their plan.json) or measured-run
     YAML files."""
     from .calibrate import calibrate as _calibrate, calibration_text
 
-    cal = run_command(lambda: _calibrate(list(inputs), plan=plan_path, out=out))
+    cal = run_command(lambda: _calibrate(list(inputs), plan=plan_path, out=out, force=force))
     if as_json:
         click.echo(to_json(cal.to_dict()))
         return

@@ -7,11 +7,18 @@ import click
 from costmodels.errors import PlannerError
 
 
+MAX_ERROR_CHARS = 1000     # an error echoes the input it refuses; a 3 MiB name must not become a 3 MiB line
+
+
 class CLIError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None):
-        click.echo(f"error: {self.format_message()}", err=True)
+        text = self.format_message()
+        if len(text) > MAX_ERROR_CHARS:
+            text = f"{text[:MAX_ERROR_CHARS - 220]} [... {len(text) - MAX_ERROR_CHARS + 20:,} characters ...] " \
+                   f"{text[-200:]}"
+        click.echo(f"error: {text}", err=True)
 
 
 class Interrupted(CLIError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from costmodels.errors import SpecError
@@ -49,6 +50,43 @@ def check_out_dir(out, force: bool, inputs=()) -> None:
         raise SpecError(f"--out {out}: {parent} is not a directory")
     if not os.access(parent, os.W_OK) or str(parent).startswith(("/proc", "/sys")):
         raise SpecError(f"--out {out}: cannot write in {parent}")
+
+
+def write_out_file(out, text: str, force: bool, inputs=()) -> None:
+    """Write one output file (calib.yaml) atomically: refuse a directory, a missing parent, one of
+    this run's inputs (even with --force) and an existing file without --force; write a temporary
+    file beside it and rename it over the target, so a failure leaves the old file whole."""
+    if out is None or not str(out).strip() or "\0" in str(out):
+        raise SpecError("--out needs a file name, e.g. calib.yaml")
+    p = Path(out)
+    try:
+        resolved = p.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise SpecError(f"--out {out}: cannot resolve the path ({exc.__class__.__name__})") from None
+    for ref in inputs:
+        try:
+            same = Path(ref).resolve() == resolved
+        except (OSError, RuntimeError, TypeError, ValueError):
+            continue
+        if same:
+            raise SpecError(f"--out {out} is the input '{ref}'; write the calibration to another file")
+    if p.is_dir():
+        raise SpecError(f"--out {out} is a directory; give a file name such as {p / 'calib.yaml'}")
+    if p.exists() and not force:
+        raise SpecError(f"--out {out} already exists; pass --force to replace it")
+    parent = resolved.parent
+    if not parent.is_dir():
+        raise SpecError(f"--out {out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or str(parent).startswith(("/proc", "/sys")):
+        raise SpecError(f"--out {out}: cannot write in {parent}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, resolved)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise SpecError(f"--out {out}: cannot write it ({exc.strerror or exc.__class__.__name__})") from None
 
 
 def default_storage(out) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -65,6 +66,9 @@ def study_attrs(space, profile, settings) -> dict:
             ENCODING_ATTR: PARAMS_ENCODING}
 
 
+_CREDENTIALS = re.compile(r"([^/:@\s]*):[^@\s]*@")
+
+
 def public_storage(url: str | None) -> str:
     """The storage as it may appear in outputs and messages: no password, no local path."""
     if not url:
@@ -73,6 +77,8 @@ def public_storage(url: str | None) -> str:
     if text.startswith("sqlite:"):
         path = text.split(":///", 1)[1] if ":///" in text else ""
         return f"sqlite:///{Path(path.split('?', 1)[0]).name}" if path else "sqlite://"
+    if "://" not in text:          # not a URL: hide anything shaped like user:password@
+        return _CREDENTIALS.sub(r"\1:***@", text)
     try:
         parts = urlsplit(text)
     except ValueError:
@@ -159,8 +165,8 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
     try:
         storage = make_storage(optuna, storage_url)
     except ImportError:
-        raise SpecError(f"storage {shown!r} needs its database driver: pip install "
-                        "'llm-train-planner[postgres]' (psycopg) for PostgreSQL") from None
+        raise SpecError(f"storage {shown!r} needs its database driver (for PostgreSQL: pip install "
+                        "'llm-train-planner[postgres]', which brings psycopg)") from None
     except Exception as exc:   # noqa: BLE001 - SQLAlchemy / Optuna errors for a bad URL or an unreachable server
         raise SpecError(f"cannot open Optuna storage {shown!r}: {_first_line(exc, storage_url)}") from None
     directions = ["minimize"] * len(objectives)
@@ -251,4 +257,5 @@ def _first_line(exc, url) -> str:
         parts = urlsplit(str(url)) if "://" in str(url) else None
         if parts is not None and parts.password:
             text = text.replace(parts.password, "***")
+        text = _CREDENTIALS.sub(r"\1:***@", text)
     return text

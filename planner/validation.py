@@ -337,8 +337,10 @@ def load_records(directory: str | os.PathLike | None = None, include_vtrain: boo
     if include_vtrain and vtrain.exists():
         try:
             records += records_from_vtrain(vtrain)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError, ArithmeticError) as exc:
             raise SpecError(f"validation data {vtrain.name} is malformed: {_what(exc)}") from None
+        for r in records:
+            _check_measured(r, f"validation data {vtrain.name}")
     multi = VTRAIN_MULTI_FILE
     if include_vtrain and multi.exists():
         records += records_from_vtrain(multi, source="vtrain-multi")
@@ -349,17 +351,16 @@ def _what(exc) -> str:
     return f"missing field {exc}" if isinstance(exc, KeyError) else f"{exc.__class__.__name__}: {exc}".splitlines()[0]
 
 
+def _check_measured(r: Record, where: str) -> None:
+    """A measured step time or memory reading must be a positive, finite number of a real run."""
+    for name, value in (("step time", r.measured_step_s), ("memory", r.measured_memory_gib)):
+        if value is not None and not 0 < value < 1e7:
+            raise SpecError(f"{where} ({r.id}): measured {name} {value!r} is not a positive, finite reading")
+
+
 def _read_records(path: Path, parse) -> list:
     """A validation YAML file (a list of records) -> records, one error line for anything malformed."""
-    from costmodels.catalog import read_text_file
-
-    text = read_text_file(path, "validation data")
-    try:
-        items = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError(f"validation data {path.name} is not valid YAML{where}") from None
+    items = catalog.read_yaml_data(path, "validation data")
     if not isinstance(items, list):
         raise SpecError(f"validation data {path.name} must hold a list of runs, not {type(items).__name__}")
     out = []
@@ -368,9 +369,10 @@ def _read_records(path: Path, parse) -> list:
             r = parse(item)
         except SpecError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
             raise SpecError(f"validation data {path.name}: run {i + 1} is malformed: {_what(exc)}") from None
         if r:
+            _check_measured(r, f"validation data {path.name}: run {i + 1}")
             out.append(r)
     return out
 

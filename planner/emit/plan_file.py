@@ -1,6 +1,7 @@
 """Reading plan.json back: for `planner explain` and `planner estimate plan.json`."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from costmodels.catalog import read_json_file
@@ -57,6 +58,47 @@ def check_plan(data: dict, path) -> None:
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise SpecError(f"plan file '{path}' is damaged: {_describe(exc)}") from None
     structural_errors(case_from_dict(case))
+    if not isinstance(data.get("runner_ups", []), list):
+        raise SpecError(f"plan file '{path}' is damaged: runner_ups must be a list")
+    estimates = [("estimate", data.get("estimate"))]
+    estimates += [(f"runner_ups[{i}].estimate", r.get("estimate") if isinstance(r, dict) else None)
+                  for i, r in enumerate(data.get("runner_ups") or [])]
+    for where, est in estimates:
+        check_estimate_numbers(est, f"plan file '{path}', {where}")
+
+
+MAX_PLAN_NUMBER = 1e25      # FLOP per step of the largest runs are ~1e20; nothing in an estimate comes near
+POSITIVE = ("step_time_s", "tokens_per_s_per_gpu")
+
+
+def check_estimate_numbers(est, where: str) -> None:
+    """The numbers an estimate is re-rendered from (report, figures) must be what `planner plan` writes:
+    finite, zero or more, below MAX_PLAN_NUMBER, integers exact as floats; the step time, the
+    throughput and the band's low end above zero (a tampered 0 would divide, a 10^30 integer would
+    overflow the figures)."""
+    if not isinstance(est, dict):
+        raise SpecError(f"{where} is missing or not a mapping: the file is damaged; re-run `planner plan --out`")
+
+    def walk(x, key):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{key}.{k}")
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, key)
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            bad = (not math.isfinite(x) or not 0 <= x < MAX_PLAN_NUMBER
+                   or (isinstance(x, int) and abs(x) > 2**53))
+            if bad:
+                raise SpecError(f"{where}: {key.lstrip('.')} = {str(x)[:30]} is not a value `planner plan` "
+                                "writes (finite, 0 or more); the file was changed, re-run `planner plan --out`")
+
+    walk(est, "")
+    band = est.get("step_time_band_s")
+    lows = [est.get(k) for k in POSITIVE] + ([band[0]] if isinstance(band, list) and band else [])
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0 for v in lows if v is not None):
+        raise SpecError(f"{where}: the step time, throughput and band must be above zero; the file was "
+                        "changed, re-run `planner plan --out`")
 
 
 def _case(data: dict) -> dict:

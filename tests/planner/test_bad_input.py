@@ -125,7 +125,7 @@ TABLE = [
     ("negative token budget in a case", ["estimate", "{d}/tokens_neg.yaml"], "training.total_tokens: -1 is out of range"),
     ("gated_mlp as a string", ["estimate", "{d}/model_gated.yaml"], "gated_mlp must be true or false"),
     ("rope_theta as a word", ["estimate", "{d}/model_rope.yaml"], "rope_theta must be a finite number"),
-    ("10^30 layers", ["estimate", "{d}/model_layers.yaml"], "beyond any real model"),
+    ("10^30 layers", ["estimate", "{d}/model_layers.yaml"], "31-digit integer, beyond any real quantity"),
     ("dropout as a word", ["estimate", "{d}/model_dropout.yaml"], "hidden_dropout must be a finite number"),
     ("--tokens nan", PLAN_ARGS + ["--tokens", "nan", "--method", "optuna"], "tokens (training budget): nan is out of range"),
     ("--tokens inf", PLAN_ARGS + ["--tokens", "inf"], "tokens (training budget): inf is out of range"),
@@ -222,6 +222,26 @@ HOSTILE = {
     "tp_word.yaml": "model: llama2-7b\ncluster: {gpu: H100-SXM}\nparallel: {tp: abc, pp: 1, dp: 8}\n",
     "mbs_huge.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8, "
                      "micro_batch: 1000000000000000000000000000000}\n",
+    # issue 9 / the bad-input contract, found by a hostile-input audit (2026-11-24): each was a traceback,
+    # a NaN estimate or a lost file before
+    "hf_bigint.json": HF.format(h=4096, l=32, extra=', "rope_theta": 1' + "0" * 400),
+    "digits.yaml": "num_layers: " + "9" * 5000 + "\n",
+    "tokens_big.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8}\n"
+                       "training: {total_tokens: " + "9" * 400 + "}\n",
+    "rl_big.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8, recompute: full, "
+                   "recompute_layers: 10000000000000}\n",
+    "cluster5.yaml": "model: llama2-7b\ncluster: 5\nparallel: {tp: 1}\n",
+    "latency_big.yaml": "model: llama2-7b\ncluster: {gpu: H100-SXM, num_gpus: 16, network_latency: 1e308 s}\n"
+                        "parallel: {tp: 2, pp: 1, dp: 8}\n",
+    "bw_tiny.yaml": "model: llama2-7b\ncluster: {gpu: H100-SXM, num_gpus: 16, network_bandwidth: 1e-300 B/s}\n"
+                    "parallel: {tp: 2, pp: 1, dp: 8}\n",
+    "runs_nan.yaml": "- {model: {}, cluster: {}, parallel: {}, measured: {step_time_s: .nan}}\n",
+    "runs_meas5.yaml": "- {model: {}, cluster: {}, parallel: {}, measured: 5}\n",
+    "runs_laughs.yaml": LAUGHS.replace("a: &a", "- a: &a", 1).replace("\nb:", "\n  b:").replace(
+        "\nc:", "\n  c:").replace("\nd:", "\n  d:").replace("\ne:", "\n  e:").replace("\nf:", "\n  f:").replace(
+        "\ng:", "\n  g:").replace("\nh:", "\n  h:").replace("\ni:", "\n  i:"),
+    "calib_laughs.yaml": LAUGHS + "constants: {compute_scale: *i}\n",
+    "calib_bin.yaml": b"constants: {compute_scale: \xff\xfe}\n",
 }
 
 HOSTILE_TABLE = [
@@ -235,7 +255,7 @@ HOSTILE_TABLE = [
     ("fifo", ["estimate", "{d}/fifo.yaml"], "not a regular file"),
     ("/dev/zero as a model", PLAN_ARGS[:1] + ["--model", "/dev/zero", "--cluster", "H100-SXM"], "not a regular file"),
     ("tp as a word", ["estimate", "{d}/tp_word.yaml"], "parallel.tp must be a whole number"),
-    ("10^30 micro batch", ["estimate", "{d}/mbs_huge.yaml"], "beyond any real layout"),
+    ("10^30 micro batch", ["estimate", "{d}/mbs_huge.yaml"], "31-digit integer, beyond any real quantity"),
     ("--mbs 10^30", PLAN_ARGS + ["--mbs", "1" + "0" * 30], "beyond any real layout"),
     ("--top -1", PLAN_ARGS + ["--top", "-1"], "top (plans to report): -1 is out of range"),
     ("--objective time,time", PLAN_ARGS + ["--objective", "time,time"], "names time twice"),
@@ -275,6 +295,28 @@ HOSTILE_TABLE = [
     ("lone surrogate in config.json", PLAN_ARGS[:1] + ["--model", "{d}/hf_surrogate.json", "--cluster", "H100-SXM"],
      "(key 'torch_dtype') holds a lone surrogate escape"),
     ("lone surrogate in a model name", ["estimate", "{d}/surrogate.yaml"], "holds a lone surrogate escape"),
+    ("10^400 rope_theta in config.json", PLAN_ARGS[:1] + ["--model", "{d}/hf_bigint.json", "--cluster", "H100-SXM"],
+     "401-digit integer, beyond any real quantity"),
+    ("5,000-digit integer", PLAN_ARGS[:1] + ["--model", "{d}/digits.yaml", "--cluster", "H100-SXM"],
+     "holds a number too long to read"),
+    ("400-digit token budget", ["estimate", "{d}/tokens_big.yaml"], "beyond any real quantity"),
+    ("recompute_layers 10^13", ["estimate", "{d}/rl_big.yaml"], "recompute_layers must be a whole number from 0 to 10^9"),
+    ("cluster: 5", ["estimate", "{d}/cluster5.yaml"], "cluster: expected a GPU name, a cluster file or a mapping"),
+    ("latency 1e308 s", ["estimate", "{d}/latency_big.yaml", "--json"], "network_latency: '1e308 s' is out of range; "
+                                                                       "expected at most 1 s"),
+    ("bandwidth 1e-300 B/s", ["estimate", "{d}/bw_tiny.yaml", "--json"], "below 1 MB/s"),
+    ("calibrate: NaN step time", ["calibrate", "{d}/runs_nan.yaml", "--json"],
+     "measured.step_time_s must be a number of seconds above 0"),
+    ("calibrate: measured is a number", ["calibrate", "{d}/runs_meas5.yaml"], "each a mapping"),
+    ("calibrate: billion laughs", ["calibrate", "{d}/runs_laughs.yaml"], "aliases"),
+    ("calibrate: a fifo", ["calibrate", "{d}/fifo.yaml"], "not a regular file"),
+    ("calibration file: billion laughs", ["estimate", "{d}/case.yaml", "--calibration", "{d}/calib_laughs.yaml"],
+     "aliases"),
+    ("calibration file: not UTF-8", ["estimate", "{d}/case.yaml", "--calibration", "{d}/calib_bin.yaml"],
+     "cannot read calibration file"),
+    ("calibration file: a fifo", ["estimate", "{d}/case.yaml", "--calibration", "{d}/fifo.yaml"],
+     "not a regular file"),
+    ("--global-batch-tokens -4M", PLAN_ARGS[:7] + ["--global-batch-tokens", "-4M"], "got '-4M'"),
 ]
 
 
@@ -311,6 +353,30 @@ def check_one_error(result, fragment, code=2):
 
 def test_table_and_hostile_inputs_have_at_least_60_rows():
     assert len(TABLE) + len(HOSTILE_TABLE) >= 60
+
+
+def test_an_error_line_echoing_a_huge_input_stays_short(tmp_path):
+    """An error quotes what it refuses; a 3 MiB model name made a 3 MiB error line."""
+    m = tmp_path / "m.yaml"
+    m.write_text("name: " + "A" * 3_000_000 + "\nbogus_key: 1\n")
+    r = CliRunner().invoke(main, ["plan", "--model", str(m), "--cluster", "H100-SXM"])
+    check_one_error(r, "error: model")
+    assert len(r.stderr) < 1100 and "characters ...]" in r.stderr
+
+
+def test_validate_refuses_impossible_measurements(tmp_path, validation_dir):
+    """A damaged validation file (a step time of 0 or NaN) was a ZeroDivisionError or a NaN MAPE."""
+    import yaml
+
+    runs = yaml.safe_load((validation_dir / "published_dev.yaml").read_text())
+    rec = next(r for r in runs if r["measured"].get("step_time_s"))
+    for value in (0, float("nan"), -3.0):
+        rec["measured"]["step_time_s"] = value
+        d = tmp_path / f"v{value}"
+        d.mkdir()
+        (d / "published_dev.yaml").write_text(yaml.safe_dump([rec]))
+        r = CliRunner().invoke(main, ["validate", "--data", str(d), "--no-vtrain"])
+        check_one_error(r, "is not a positive, finite reading")
 
 
 def test_an_oversized_input_file_is_refused(tmp_path):
@@ -355,11 +421,20 @@ TAMPERED = [
     ("estimate a string", "estimate", "x", "damaged"),
     ("negative bandwidth", "inputs.cluster.network_bandwidth_bytes_per_s", -5, "out of range"),
     ("runner-up without layout", "runner_ups", [{"rank": 2}], "damaged"),
+    # a hostile-input audit (2026-11-24): division by zero and figure overflows in `explain`
+    ("zero step time", "estimate.step_time_s", 0, "must be above zero"),
+    ("zero throughput", "estimate.tokens_per_s_per_gpu", 0, "must be above zero"),
+    ("10^30 compute time", "estimate.time_breakdown_s.compute", 10**30, "beyond any real quantity"),
+    ("1e30 compute time", "estimate.time_breakdown_s.compute", 1e30, "is not a value `planner plan` writes"),
+    ("band from zero", "estimate.step_time_band_s", [0.0, 5.0], "must be above zero"),
+    ("runner-ups a number", "runner_ups", 5, "runner_ups must be a list"),
 ]
 
 
+STORED_ONLY = ("runner-up without layout", "zero step time", "zero throughput", "1e30 compute time", "band from zero",
+               "runner-ups a number")
 TAMPERED_RUNS = [(c, *t) for t in TAMPERED for c in ("explain", "estimate")
-                 if not (c == "estimate" and t[0] == "runner-up without layout")]   # estimate reads only the layout
+                 if not (c == "estimate" and t[0] in STORED_ONLY)]   # estimate reads only the layout
 
 
 @pytest.mark.parametrize("command,name,path,value,fragment", TAMPERED_RUNS,

@@ -202,6 +202,9 @@ def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
                         ["1.log", "another model", "num_layers 32"]),
         "other-batch": (mds_log(250.0, gbs=128), ["1.log", "another model", "global batch size 128"]),
     }
+    cases["zero-ms"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 0.0 |"), ["1.log", "0 ms", "damaged"])
+    cases["garbled-number"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 2.5.0 |"),
+                               ["1.log", "truncated"])      # lines whose time is not a number are not read
     for name, (text, words) in cases.items():
         (job / "probe" / "1.log").write_text(text)
         r = CliRunner().invoke(main, ["calibrate", str(job / "probe" / "1.log")])
@@ -211,6 +214,34 @@ def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
     lone.write_text(good)
     _one_error(CliRunner().invoke(main, ["calibrate", str(lone)]), "lone.log", "--plan")
     _one_error(CliRunner().invoke(main, ["calibrate", str(tmp_path / "missing.log")]), "missing.log")
+
+
+def _tree(d: Path) -> dict:
+    return {str(p): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_calibrate_out_never_replaces_an_input_or_an_existing_file(probe_dir, tmp_path):
+    """--out was a plain write: it replaced any file, the plan and the log it read included, and a
+    directory or a missing parent ended in a traceback. Now: atomic, --force for an existing file,
+    never one of the inputs."""
+    job = tmp_path / "job"
+    (job / "probe").mkdir(parents=True)
+    (job / "plan.json").write_text((probe_dir / "plan.json").read_text())
+    log = job / "probe" / "1.log"
+    log.write_text((probe_dir / "probe" / "1.log").read_text())
+    (tmp_path / "calib.yaml").write_text("mine\n")
+    before = _tree(tmp_path)
+    for out, words in ((job / "plan.json", ["is the input", "plan.json"]), (log, ["is the input"]),
+                       (tmp_path / "calib.yaml", ["already exists", "--force"]),
+                       (job, ["is a directory", "calib.yaml"]),
+                       (tmp_path / "nope" / "calib.yaml", ["does not exist"])):
+        for force in ([], ["--force"]) if out != tmp_path / "calib.yaml" else ([],):
+            _one_error(CliRunner().invoke(main, ["calibrate", str(log), "--out", str(out), *force]), *words)
+            assert _tree(tmp_path) == before
+    r = CliRunner().invoke(main, ["calibrate", str(log), "--out", str(tmp_path / "calib.yaml"), "--force"])
+    assert r.exit_code == 0, r.output
+    assert "constants" in yaml.safe_load((tmp_path / "calib.yaml").read_text())
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_bad_calibration_file_is_one_error_line(tmp_path):

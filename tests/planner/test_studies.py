@@ -177,9 +177,16 @@ def test_a_trial_finished_elsewhere_is_not_told_twice(tmp_path):
     ("sqlite:////home/alice/project/job.optuna.db", "sqlite:///job.optuna.db"),
     ("sqlite:///relative/dir/x.db", "sqlite:///x.db"),
     (None, "in-memory"),
+    ("user:secret@db-host", "user:***@db-host"),           # no scheme: was shown whole
 ])
 def test_storage_urls_are_shown_without_secrets_or_local_paths(url, shown):
     assert public_storage(url) == shown
+
+
+def test_a_storage_url_without_scheme_keeps_its_password_off_stderr():
+    r = CliRunner().invoke(main, ARGS + ["--trials", "5", "--storage", "user:SECRET9@host"])
+    assert r.exit_code == 2 and "error: cannot open Optuna storage 'user:***@host'" in r.stderr
+    assert "SECRET9" not in r.output + r.stderr
 
 
 def test_default_sqlite_storage_leaves_no_local_path_in_any_output(tmp_path):
