@@ -127,7 +127,8 @@ def _check_text(data, what: str, path, where: str = "") -> None:
     lone surrogate, which no file or terminal can encode (it would end the run in a traceback). Every
     integer must be below MAX_INPUT_INT: larger ones overflow a float or a C long further on."""
     if isinstance(data, int) and not isinstance(data, bool) and abs(data) >= MAX_INPUT_INT:
-        raise SpecError(f"{what} file '{path}'{where} holds a {len(str(abs(data)))}-digit integer, beyond "
+        digits = int(abs(data).bit_length() * 0.30103) + 1     # str() refuses more than 4,300 digits
+        raise SpecError(f"{what} file '{path}'{where} holds a {digits}-digit integer, beyond "
                         "any real quantity (the limit is 10^18); check the value")
     if isinstance(data, str):
         if any("\ud800" <= ch <= "\udfff" for ch in data):

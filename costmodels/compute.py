@@ -73,12 +73,12 @@ def attention_rate(cluster: ClusterSpec, precision):
 
 def attention_head_dim_share(m: ModelSpec, fw: Framework) -> float:
     """Useful share of a flash kernel's work: the kernel is compiled for a few head dims and runs the
-    smallest one >= the model's, padding the rest with zeros. FlashAttention-2 has kernels for 32, 64,
-    96, 128, 192, 256 (Dao-AILab/flash-attention csrc/flash_attn/src/static_switch.h:90-111,
-    HEADDIM_SWITCH), so head dim 160 runs the 192 kernel; the triton kernel pads to the next power of
-    two (flash_attn/flash_attn_triton.py:848, 914: BLOCK_HEADDIM = max(next_power_of_2(d), 16)), so
-    96 runs at 96/128. A head dim above every kernel, or a framework with no list (cuDNN fused
-    attention takes any multiple of 8), is taken unpadded."""
+    smallest one >= the model's, padding the rest with zeros. FlashAttention-2 2.6.3 has kernels for
+    32, 64, 96, 128, 160, 192, 256 (csrc/flash_attn/src/static_switch.h, HEADDIM_SWITCH), so head dim
+    80 runs the 96 kernel; the triton kernel pads to the next power of two (flash_attn/flash_attn_triton.py,
+    _flash_attn_forward / _flash_attn_backward: BLOCK_HEADDIM = max(next_power_of_2(d), 16)), so 96
+    runs at 96/128. A head dim above every kernel, or a framework with no list (cuDNN fused attention
+    takes any multiple of 8), is taken unpadded."""
     d = m.head_dim
     kernel = next((k for k in fw.attention_head_dims if k >= d), d)
     return d / kernel

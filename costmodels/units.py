@@ -72,7 +72,8 @@ def parse_quantity(value, *, what: str = "value", dim: str | None = None, positi
         raise SpecError(f"{what}: expected {expected}, got {value!r}")
     if isinstance(value, (int, float)):
         if isinstance(value, int) and abs(value) >= 10**18:
-            raise SpecError(f"{what}: {str(value)[:20]}... is beyond any real quantity (at most 10^18)")
+            raise SpecError(f"{what}: an integer of {value.bit_length()} bits is beyond any real quantity "
+                            "(at most 10^18)")
         number, unit_dim = float(value), None
         factor = 1.0
     else:

@@ -255,8 +255,9 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         from .calibrate import apply_cluster, as_constants, framework_overrides
         consts = as_constants(calibration)
         c = apply_cluster(c, consts)
-        if framework_overrides(consts):
-            profile = replace(profile, cost_overrides=tuple(sorted(framework_overrides(consts).items())))
+        overrides = framework_overrides(consts)
+        if overrides:
+            profile = replace(profile, cost_overrides=tuple(sorted(overrides.items())))
     if global_batch is not None and global_batch_tokens is not None:
         raise SpecError("give either a global batch in sequences or a token range, not both")
     if global_batch is not None and (isinstance(global_batch, bool) or int(global_batch) <= 0):

@@ -9,22 +9,43 @@ from pathlib import Path
 from costmodels.errors import SpecError
 
 
+def _resolved(out, kind: str) -> tuple[Path, Path]:
+    """(path, resolved path) of an --out, after the checks every output shares: a name, no NUL, a
+    file name within the 255-byte limit, not a dangling symbolic link."""
+    if out is None or not str(out).strip():
+        raise SpecError(f"--out needs a {kind} name, got an empty string")
+    if "\0" in str(out):
+        raise SpecError("--out contains a NUL character")
+    p = Path(out)
+    if len(os.fsencode(p.name)) > 240:
+        raise SpecError(f"--out: the name {p.name[:40]}... is {len(os.fsencode(p.name))} bytes long; "
+                        "use at most 240 (file names are limited to 255 bytes)")
+    if p.is_symlink() and not p.exists():
+        raise SpecError(f"--out {out} is a dangling symbolic link")
+    try:
+        return p, p.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise SpecError(f"--out {out}: cannot resolve the path ({exc.__class__.__name__})") from None
+
+
+def _check_parent(out, resolved: Path) -> None:
+    parent = resolved.parent
+    if not parent.exists():
+        raise SpecError(f"--out {out}: parent directory {parent} does not exist")
+    if not parent.is_dir():
+        raise SpecError(f"--out {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK) or parent.parts[1:2] in (("proc",), ("sys",)):
+        raise SpecError(f"--out {out}: cannot write in {parent}")
+
+
 def check_out_dir(out, force: bool, inputs=()) -> None:
     """Refuse an existing output without --force, a location that cannot be written, and any output
     whose replacement would destroy something else: the working directory or one of its parents,
     the root, or a directory holding one of the inputs (`inputs`: paths read by this run)."""
-    if out is None or not str(out).strip():
-        raise SpecError("--out needs a directory name, got an empty string")
-    if "\0" in str(out):
-        raise SpecError("--out contains a NUL character")
-    p = Path(out)
+    p, resolved = _resolved(out, "directory")
     if p.name in ("", ".", "..") or str(out).rstrip("/").endswith(("/.", "/..")):
         raise SpecError(f"--out {out} names the current or a parent directory; give a new directory name")
-    if len(os.fsencode(p.name)) > 240:
-        raise SpecError(f"--out: the name {p.name[:40]}... is {len(os.fsencode(p.name))} bytes long; "
-                        "use at most 240 (file names are limited to 255 bytes)")
     try:
-        resolved = p.resolve()
         cwd = Path.cwd().resolve()
     except (OSError, RuntimeError) as exc:
         raise SpecError(f"--out {out}: cannot resolve the path ({exc.__class__.__name__})") from None
@@ -37,32 +58,19 @@ def check_out_dir(out, force: bool, inputs=()) -> None:
             continue
         if src == resolved or resolved in src.parents:
             raise SpecError(f"--out {out} holds the input '{ref}'; write the output somewhere else")
-    if p.is_symlink() and not p.exists():
-        raise SpecError(f"--out {out} is a dangling symbolic link")
     if p.exists() and not p.is_dir():
         raise SpecError(f"--out {out} exists and is not a directory")
     if p.exists() and not force:
         raise SpecError(f"--out {out} already exists; pass --force to replace it")
-    parent = resolved.parent
-    if not parent.exists():
-        raise SpecError(f"--out {out}: parent directory {parent} does not exist")
-    if not parent.is_dir():
-        raise SpecError(f"--out {out}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK) or str(parent).startswith(("/proc", "/sys")):
-        raise SpecError(f"--out {out}: cannot write in {parent}")
+    _check_parent(out, resolved)
 
 
 def write_out_file(out, text: str, force: bool, inputs=()) -> None:
     """Write one output file (calib.yaml) atomically: refuse a directory, a missing parent, one of
     this run's inputs (even with --force) and an existing file without --force; write a temporary
-    file beside it and rename it over the target, so a failure leaves the old file whole."""
-    if out is None or not str(out).strip() or "\0" in str(out):
-        raise SpecError("--out needs a file name, e.g. calib.yaml")
-    p = Path(out)
-    try:
-        resolved = p.resolve()
-    except (OSError, RuntimeError) as exc:
-        raise SpecError(f"--out {out}: cannot resolve the path ({exc.__class__.__name__})") from None
+    file beside it and rename it over the target, so a failure or Ctrl-C leaves the old file whole.
+    The file gets the mode a plain write would (the old file's, or 0666 less the umask)."""
+    p, resolved = _resolved(out, "file")
     for ref in inputs:
         try:
             same = Path(ref).resolve() == resolved
@@ -74,19 +82,24 @@ def write_out_file(out, text: str, force: bool, inputs=()) -> None:
         raise SpecError(f"--out {out} is a directory; give a file name such as {p / 'calib.yaml'}")
     if p.exists() and not force:
         raise SpecError(f"--out {out} already exists; pass --force to replace it")
-    parent = resolved.parent
-    if not parent.is_dir():
-        raise SpecError(f"--out {out}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK) or str(parent).startswith(("/proc", "/sys")):
-        raise SpecError(f"--out {out}: cannot write in {parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=parent)
+    _check_parent(out, resolved)
+    if resolved.exists():
+        mode = resolved.stat().st_mode & 0o777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=resolved.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, resolved)
-    except OSError as exc:
+    except BaseException as exc:           # OSError, or Ctrl-C between the write and the rename
         Path(tmp).unlink(missing_ok=True)
-        raise SpecError(f"--out {out}: cannot write it ({exc.strerror or exc.__class__.__name__})") from None
+        if isinstance(exc, OSError):
+            raise SpecError(f"--out {out}: cannot write it ({exc.strerror or exc.__class__.__name__})") from None
+        raise
 
 
 def default_storage(out) -> str:

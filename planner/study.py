@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 import warnings
 from pathlib import Path
@@ -66,7 +65,12 @@ def study_attrs(space, profile, settings) -> dict:
             ENCODING_ATTR: PARAMS_ENCODING}
 
 
-_CREDENTIALS = re.compile(r"([^/:@\s]*):[^@\s]*@")
+def _hide_credentials(text: str) -> str:
+    """A storage string that is not a URL, `user:password@host/db`: the password hidden."""
+    if "@" not in text:
+        return text
+    cred, host = text.rsplit("@", 1)
+    return f"{cred.split(':', 1)[0]}:***@{host}" if ":" in cred else text
 
 
 def public_storage(url: str | None) -> str:
@@ -78,7 +82,7 @@ def public_storage(url: str | None) -> str:
         path = text.split(":///", 1)[1] if ":///" in text else ""
         return f"sqlite:///{Path(path.split('?', 1)[0]).name}" if path else "sqlite://"
     if "://" not in text:          # not a URL: hide anything shaped like user:password@
-        return _CREDENTIALS.sub(r"\1:***@", text)
+        return _hide_credentials(text)
     try:
         parts = urlsplit(text)
     except ValueError:
@@ -255,7 +259,9 @@ def _first_line(exc, url) -> str:
     if url:
         text = text.replace(str(url), public_storage(url))
         parts = urlsplit(str(url)) if "://" in str(url) else None
-        if parts is not None and parts.password:
-            text = text.replace(parts.password, "***")
-        text = _CREDENTIALS.sub(r"\1:***@", text)
+        password = parts.password if parts is not None else (
+            str(url).rsplit("@", 1)[0].split(":", 1)[1] if "@" in str(url) and ":" in str(url).rsplit("@", 1)[0]
+            else None)
+        if password:
+            text = text.replace(password, "***")
     return text

@@ -210,8 +210,8 @@ def records_from_vtrain(path: Path, source: str = "vtrain") -> list[Record]:
     (see SOURCES["vtrain"]); multi-node: 800 Gb/s per node, i.e. 100 Gb/s per GPU."""
     rules = SOURCES["vtrain"]
     out = []
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        rows = list(csv.reader(fh))
+    text = catalog.read_text_file(path, "validation data").lstrip("\ufeff")     # a regular file of <= 4 MiB
+    rows = list(csv.reader(text.splitlines()))
     multi = rows[0][0].startswith("Parameters")
     for i, row in enumerate(rows[1:]):
         if not row:
@@ -336,11 +336,12 @@ def load_records(directory: str | os.PathLike | None = None, include_vtrain: boo
     vtrain = d / "vtrain" / "ground_truth_single.csv"
     if include_vtrain and vtrain.exists():
         try:
-            records += records_from_vtrain(vtrain)
+            single = records_from_vtrain(vtrain)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError, ArithmeticError) as exc:
             raise SpecError(f"validation data {vtrain.name} is malformed: {_what(exc)}") from None
-        for r in records:
+        for r in single:
             _check_measured(r, f"validation data {vtrain.name}")
+        records += single
     multi = VTRAIN_MULTI_FILE
     if include_vtrain and multi.exists():
         records += records_from_vtrain(multi, source="vtrain-multi")

@@ -468,7 +468,7 @@ def test_activation_offload_keeps_one_layer_of_checkpoints_on_the_gpu():
 def test_flash_kernels_pad_the_head_dim_to_the_kernel_they_run():
     """A flash kernel is built for a few head dims and zero-pads a smaller one: FlashAttention-2 runs
     head dim 80 in its 96 kernel (static_switch.h HEADDIM_SWITCH), the triton kernel runs 96 in 128
-    (flash_attn_triton.py:848 BLOCK_HEADDIM = next_power_of_2). cuDNN (TE) takes any multiple of 8."""
+    (flash_attn_triton.py: BLOCK_HEADDIM = next_power_of_2(d)). cuDNN (TE) takes any multiple of 8."""
     from costmodels.compute import attention_head_dim_share, layer_phases
     cluster = catalog.load_cluster("A100-80GB", num_gpus=8)
     hd128 = replace(catalog.load_model("gpt3-175b"), hidden=10240, num_heads=80, num_kv_heads=80)

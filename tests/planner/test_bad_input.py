@@ -242,6 +242,13 @@ HOSTILE = {
         "\ng:", "\n  g:").replace("\nh:", "\n  h:").replace("\ni:", "\n  i:"),
     "calib_laughs.yaml": LAUGHS + "constants: {compute_scale: *i}\n",
     "calib_bin.yaml": b"constants: {compute_scale: \xff\xfe}\n",
+    # hexadecimal literals have no digit limit in Python, but str() of them does
+    "hex_cluster.yaml": "gpu: H100-SXM\nnum_gpus: 0x" + "f" * 4000 + "\n",
+    "runs_tp0.yaml": "- {model: {name: m, num_layers: 4, hidden_size: 1024, ffn_hidden_size: 4096, "
+                     "num_attention_heads: 16, num_kv_heads: 16, vocab_size: 32000, seq_length: 2048, "
+                     "activation: gelu}, cluster: {gpu: H100-SXM, num_gpus: 8, gpus_per_node: 8}, "
+                     "parallel: {tp: 0, pp: 1, dp: 8, cp: 1, micro_batch: 1, global_batch: 8}, "
+                     "measured: {step_time_s: 0.5}}\n",
 }
 
 HOSTILE_TABLE = [
@@ -317,6 +324,9 @@ HOSTILE_TABLE = [
     ("calibration file: a fifo", ["estimate", "{d}/case.yaml", "--calibration", "{d}/fifo.yaml"],
      "not a regular file"),
     ("--global-batch-tokens -4M", PLAN_ARGS[:7] + ["--global-batch-tokens", "-4M"], "got '-4M'"),
+    ("4,000-digit hex integer", PLAN_ARGS[:1] + ["--model", "gpt-1.7b", "--cluster", "{d}/hex_cluster.yaml"],
+     "beyond any real quantity"),
+    ("calibrate: tp 0", ["calibrate", "{d}/runs_tp0.yaml"], "record 1: ZeroDivisionError"),
 ]
 
 
@@ -377,6 +387,16 @@ def test_validate_refuses_impossible_measurements(tmp_path, validation_dir):
         (d / "published_dev.yaml").write_text(yaml.safe_dump([rec]))
         r = CliRunner().invoke(main, ["validate", "--data", str(d), "--no-vtrain"])
         check_one_error(r, "is not a positive, finite reading")
+
+
+def test_validate_refuses_a_fifo_for_the_vtrain_table(tmp_path, validation_dir):
+    import yaml
+
+    runs = yaml.safe_load((validation_dir / "published_dev.yaml").read_text())
+    (tmp_path / "published_dev.yaml").write_text(yaml.safe_dump(runs[:1]))
+    (tmp_path / "vtrain").mkdir()
+    os.mkfifo(tmp_path / "vtrain" / "ground_truth_single.csv")
+    check_one_error(CliRunner().invoke(main, ["validate", "--data", str(tmp_path)]), "not a regular file")
 
 
 def test_an_oversized_input_file_is_refused(tmp_path):

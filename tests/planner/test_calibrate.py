@@ -1,6 +1,7 @@
 """planner calibrate (issue 9 part 4): log parsing, recovery of known constants, bad logs, applying."""
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -242,6 +243,13 @@ def test_calibrate_out_never_replaces_an_input_or_an_existing_file(probe_dir, tm
     assert r.exit_code == 0, r.output
     assert "constants" in yaml.safe_load((tmp_path / "calib.yaml").read_text())
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    # a new file gets the mode a plain write gives it (mkstemp's 0600 made a team's calib.yaml private)
+    old = os.umask(0o022)
+    try:
+        r = CliRunner().invoke(main, ["calibrate", str(log), "--out", str(tmp_path / "new.yaml")])
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0 and (tmp_path / "new.yaml").stat().st_mode & 0o777 == 0o644
 
 
 def test_bad_calibration_file_is_one_error_line(tmp_path):

@@ -178,9 +178,19 @@ def test_a_trial_finished_elsewhere_is_not_told_twice(tmp_path):
     ("sqlite:///relative/dir/x.db", "sqlite:///x.db"),
     (None, "in-memory"),
     ("user:secret@db-host", "user:***@db-host"),           # no scheme: was shown whole
+    ("alice:p@ss@host/db", "alice:***@host/db"),           # an @ in the password
+    ("host/db", "host/db"),
 ])
 def test_storage_urls_are_shown_without_secrets_or_local_paths(url, shown):
     assert public_storage(url) == shown
+
+
+def test_error_messages_keep_the_url_shape_and_hide_the_password():
+    from planner.study import _first_line
+    url = "postgresql://alice:pw@db.example.com:5432/optuna"
+    assert _first_line(Exception(f"could not connect to {url}"), url) == \
+        "could not connect to postgresql://alice:***@db.example.com:5432/optuna"
+    assert _first_line(Exception("bad 'alice:p@ss@host/db'"), "alice:p@ss@host/db") == "bad 'alice:***@host/db'"
 
 
 def test_a_storage_url_without_scheme_keeps_its_password_off_stderr():
