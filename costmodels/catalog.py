@@ -122,7 +122,7 @@ def _check_yaml_shape(text: str, what: str, path) -> None:
 MAX_INPUT_INT = 10**18          # no count, size or rate an input states comes near (1 EiB is 1.2e18 B)
 
 
-def _check_text(data, what: str, path, where: str = "") -> None:
+def _check_values(data, what: str, path, where: str = "") -> None:
     """Every string of a parsed file must be Unicode text: a YAML or JSON escape such as \\ud800 gives a
     lone surrogate, which no file or terminal can encode (it would end the run in a traceback). Every
     integer must be below MAX_INPUT_INT: larger ones overflow a float or a C long further on."""
@@ -136,11 +136,11 @@ def _check_text(data, what: str, path, where: str = "") -> None:
                             "which is not a character; write the text itself or drop the escape")
     elif isinstance(data, dict):
         for k, v in data.items():
-            _check_text(k, what, path, where)
-            _check_text(v, what, path, f" (key '{k}')" if isinstance(k, str) and not where else where)
+            _check_values(k, what, path, where)
+            _check_values(v, what, path, f" (key '{k}')" if isinstance(k, str) and not where else where)
     elif isinstance(data, list):
         for v in data:
-            _check_text(v, what, path, where)
+            _check_values(v, what, path, where)
 
 
 def read_yaml_data(path: str | os.PathLike, what: str):
@@ -160,7 +160,7 @@ def read_yaml_data(path: str | os.PathLike, what: str):
         raise SpecError(f"{what} file '{path}' holds a number too long to read; check the values") from None
     if data is None:
         raise SpecError(f"{what} file '{path}' is empty")
-    _check_text(data, what, path)
+    _check_values(data, what, path)
     return data
 
 
@@ -187,7 +187,7 @@ def read_json_file(path: str | os.PathLike, what: str):
 
     try:
         data = json.loads(text, parse_constant=constant, parse_float=finite)
-        _check_text(data, what, path)
+        _check_values(data, what, path)
         return data
     except json.JSONDecodeError as exc:
         raise SpecError(f"{what} file '{path}' is not valid JSON at line {exc.lineno}: {exc.msg}") from None

@@ -466,8 +466,7 @@ def calibrate(inputs, plan=None, out=None, fixed: tuple = (), force: bool = Fals
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
     runs = load_runs(inputs, plan)
-    read = list(inputs) + [plan] if plan is not None else list(inputs)
-    read += [str(_plan_for(Path(i), plan)) for i in inputs if Path(i).suffix not in (".yaml", ".yml")]
+    read = list(inputs) + [r.source[len("log:"):] for r in runs if r.source.startswith("log:")]
     cal = fit(runs, fixed=fixed)
     if out is not None:
         write_out_file(out, yaml.safe_dump(cal.to_dict(), sort_keys=False), force, inputs=read)

@@ -65,12 +65,18 @@ def study_attrs(space, profile, settings) -> dict:
             ENCODING_ATTR: PARAMS_ENCODING}
 
 
+def _plain_password(text: str) -> str | None:
+    """The password of a storage string that is not a URL, `user:password@host/db` (the last @ ends it)."""
+    cred = text.rsplit("@", 1)[0] if "@" in text else ""
+    return cred.split(":", 1)[1] if ":" in cred else None
+
+
 def _hide_credentials(text: str) -> str:
     """A storage string that is not a URL, `user:password@host/db`: the password hidden."""
-    if "@" not in text:
+    if _plain_password(text) is None:
         return text
     cred, host = text.rsplit("@", 1)
-    return f"{cred.split(':', 1)[0]}:***@{host}" if ":" in cred else text
+    return f"{cred.split(':', 1)[0]}:***@{host}"
 
 
 def public_storage(url: str | None) -> str:
@@ -259,9 +265,7 @@ def _first_line(exc, url) -> str:
     if url:
         text = text.replace(str(url), public_storage(url))
         parts = urlsplit(str(url)) if "://" in str(url) else None
-        password = parts.password if parts is not None else (
-            str(url).rsplit("@", 1)[0].split(":", 1)[1] if "@" in str(url) and ":" in str(url).rsplit("@", 1)[0]
-            else None)
+        password = parts.password if parts is not None else _plain_password(str(url))
         if password:
             text = text.replace(password, "***")
     return text
