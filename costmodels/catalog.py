@@ -33,7 +33,7 @@ def _index(kind: str) -> dict[str, str]:
     for entry in _catalog_dir(kind).iterdir():
         if entry.name.endswith(".yaml"):
             text = entry.read_text(encoding="utf-8")
-            data = yaml.safe_load(text)
+            data = _strict_load(text)
             out[data["name"]] = text
     return out
 
@@ -43,7 +43,7 @@ def _aliases(kind: str) -> dict[str, str]:
     """Lower-cased name or alias -> canonical preset name."""
     out = {}
     for name, text in _index(kind).items():
-        for alias in yaml.safe_load(text).get("aliases", []) or []:
+        for alias in _strict_load(text).get("aliases", []) or []:
             out[str(alias).lower()] = name
         out[name.lower()] = name
     return out
@@ -143,12 +143,49 @@ def _check_values(data, what: str, path, where: str = "") -> None:
             _check_values(v, what, path, where)
 
 
+class _DuplicateKey(Exception):
+    """A mapping that names one key twice (the loaders would keep the last value silently)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping (YAML 1.2 requires keys to be
+    unique; PyYAML keeps the last value silently). Keys merged in with `<<` may still be overridden,
+    as YAML intends."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise _DuplicateKey(f"key {_shown(key)} appears twice (lines {seen[key]} and "
+                                            f"{key_node.start_mark.line + 1}); keep one")
+                    seen[key] = key_node.start_mark.line + 1
+                except TypeError:           # an unhashable key: the base loader says so
+                    continue
+        return super().construct_mapping(node, deep=deep)
+
+
+def _strict_load(text: str):
+    """YAML text -> data, refusing a key written twice (`_StrictLoader`)."""
+    return yaml.load(text, Loader=_StrictLoader)
+
+
+def _shown(key) -> str:
+    return repr(str(key)[:80]) if isinstance(key, str) else repr(key)
+
+
 def read_yaml_data(path: str | os.PathLike, what: str):
     """Load a user's YAML/JSON file (any top-level type), with one-line errors for every way it can fail."""
     text = read_text_file(path, what)
     try:
         _check_yaml_shape(text, what, path)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKey as exc:
+        raise SpecError(f"{what} file '{path}': {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -185,8 +222,16 @@ def read_json_file(path: str | os.PathLike, what: str):
             raise SpecError(f"{what} file '{path}' holds {literal[:40]}, beyond any floating-point number")
         return value
 
+    def unique(pairs):
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise SpecError(f"{what} file '{path}': key {_shown(k)} appears twice in one object; keep one")
+            out[k] = v
+        return out
+
     try:
-        data = json.loads(text, parse_constant=constant, parse_float=finite)
+        data = json.loads(text, parse_constant=constant, parse_float=finite, object_pairs_hook=unique)
         _check_values(data, what, path)
         return data
     except json.JSONDecodeError as exc:
@@ -203,7 +248,7 @@ def _looks_like_path(ref: str) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _parsed(kind: str, name: str) -> dict:
-    return yaml.safe_load(_index(kind)[name])
+    return _strict_load(_index(kind)[name])
 
 
 def _lookup(kind: str, ref) -> dict:

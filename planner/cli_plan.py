@@ -145,7 +145,7 @@ class Progress:
 @click.option("--trials", type=int, default=3000, show_default=True, help="Optuna trials.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampler seed (plans are reproducible).")
 @click.option("--out", type=click.Path(), default=None, help="Write launch.sh, ds_config.json, plan.json, report.md here.")
-@click.option("--force", is_flag=True, help="Replace an existing --out directory, with everything in it.")
+@click.option("--force", is_flag=True, help="Replace an existing --out directory (an earlier plan or report, or an empty one), with everything in it.")
 @click.option("--probe", "probe", type=int, default=0,
               help="Also write probe.sh: the top K candidates for a few logged iterations each (needs --out).")
 @click.option("--calibration", type=click.Path(), default=None, help="calib.yaml from `planner calibrate`.")
@@ -210,7 +210,7 @@ for _knob in CLI_KNOBS:       # one pin-or-restrict option per knob of the table
 @click.command()
 @click.argument("plan_json", type=click.Path())
 @click.option("--out", type=click.Path(), default=None, help="Write report.md and figures here (default: print).")
-@click.option("--force", is_flag=True, help="Replace an existing --out directory, with everything in it.")
+@click.option("--force", is_flag=True, help="Replace an existing --out directory (an earlier plan or report, or an empty one), with everything in it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object (reading order).")
 def explain(plan_json, out, force, as_json):
     """Re-render the report of a plan.json."""

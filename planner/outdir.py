@@ -62,7 +62,24 @@ def check_out_dir(out, force: bool, inputs=()) -> None:
         raise SpecError(f"--out {out} exists and is not a directory")
     if p.exists() and not force:
         raise SpecError(f"--out {out} already exists; pass --force to replace it")
+    if p.exists() and not _planner_output(resolved):
+        raise SpecError(f"--out {out} holds files the planner did not write (no {' or '.join(PLANNER_MARKERS)}); "
+                        "--force replaces only an earlier plan or report: remove it yourself or give a new name")
     _check_parent(out, resolved)
+
+
+# What `planner plan` (plan.json) and `planner explain` (report.md) put at the top of every --out.
+PLANNER_MARKERS = ("plan.json", "report.md")
+
+
+def _planner_output(directory: Path) -> bool:
+    """True for an empty directory or one the planner wrote: --force may replace it, with everything in
+    it. Any other directory (a home, a data set, a link's target) is never deleted."""
+    try:
+        names = {entry.name for entry in os.scandir(directory)}
+    except OSError as exc:
+        raise SpecError(f"--out {directory}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
+    return not names or any(m in names for m in PLANNER_MARKERS)
 
 
 def write_out_file(out, text: str, force: bool, inputs=()) -> None:

@@ -58,3 +58,13 @@ def test_no_fitted_constant_belongs_to_one_framework_or_source(fit):
     for p in fit.PARAMETERS:
         if p.kind == "fw":
             assert len(p.groups) >= 2, p.field
+
+
+def test_no_catalog_file_names_a_key_twice():
+    """fit.py --write edits catalog lines in place; a key written twice would be read as its last
+    value, silently. The catalog loads with the same strict loader as users' files."""
+    import yaml
+
+    from costmodels.catalog import _StrictLoader
+    for path in sorted(CATALOG.glob("*/*.yaml")):
+        yaml.load(path.read_text(), Loader=_StrictLoader)

@@ -47,11 +47,20 @@ CASES = {
     # Model fields with the wrong type (issue 11 items 7-8).
     **{f"model_{k}.yaml": "model: {num_layers: 4, hidden_size: 1024, num_attention_heads: 16, vocab_size: 32000, "
                           f"seq_length: 2048, {v}}}\ncluster: H100-SXM\nparallel: {{tp: 1, pp: 1, dp: 8}}\n"
-       for k, v in {"gated": "gated_mlp: 'no'", "rope": "rope_theta: fast", "layers": "num_layers: 1000000000000000000000000000000",
+       for k, v in {"gated": "gated_mlp: 'no'", "rope": "rope_theta: fast",
                     "dropout": "hidden_dropout: high"}.items()},
+    "model_layers.yaml": "model: {num_layers: 1000000000000000000000000000000, hidden_size: 1024, "
+                         "num_attention_heads: 16, vocab_size: 32000, seq_length: 2048}\n"
+                         "cluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8}\n",
     "case.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8}\n",
     "m.yaml": "num_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\nvocab_size: 32000\nseq_length: 2048\n",
     "plan.json": '{"layout": {}}',
+    # A key written twice: YAML and JSON loaders keep the last silently, so the first value was lost.
+    "dup_model.yaml": "num_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\nvocab_size: 32000\n"
+                      "seq_length: 2048\nhidden_size: 2048\n",
+    "dup_case.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 2, pp: 1, dp: 4, tp: 4}\n",
+    "dup_cfg.json": '{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, '
+                    '"num_hidden_layers": 32, "intermediate_size": 11008, "vocab_size": 32000, "hidden_size": 8192}',
 }
 
 VALIDATION_DIRS = {"val_yaml": "[unclosed\n", "val_record": "- {foo: 1}\n", "val_scalar": "42\n"}
@@ -143,6 +152,11 @@ TABLE = [
     ("--out under /proc", PLAN_ARGS + ["--out", "/proc/planner-job"], "cannot write in /proc"),
     ("--out name too long", PLAN_ARGS + ["--out", "{d}/" + "x" * 260], "bytes long"),
     ("--out root", PLAN_ARGS + ["--out", "/", "--force"], "names the current or a parent directory"),
+    ("key twice in a model file", ["plan", "--model", "{d}/dup_model.yaml", "--cluster", "H100-SXM"],
+     "key 'hidden_size' appears twice (lines 2 and 6); keep one"),
+    ("key twice in a case", ["estimate", "{d}/dup_case.yaml"], "key 'tp' appears twice (lines 3 and 3)"),
+    ("key twice in config.json", ["plan", "--model", "{d}/dup_cfg.json", "--cluster", "H100-SXM"],
+     "key 'hidden_size' appears twice"),
 ]
 
 
@@ -485,3 +499,39 @@ def test_ctrl_c_during_cp_sat_stops_with_exit_130(monkeypatch, tmp_path):
     r = CliRunner().invoke(main, PLAN_ARGS + ["--out", str(tmp_path / "job")])
     check_one_error(r, "interrupted; nothing was written", code=130)
     assert not (tmp_path / "job").exists()
+
+
+def test_a_merged_key_may_be_overridden(tmp_path):
+    """Refusing duplicate keys must not refuse YAML's merge: `<<: *base` then an override is meant."""
+    from costmodels.catalog import read_yaml_data
+    path = tmp_path / "merged.yaml"
+    path.write_text("base: &base {tp: 2, pp: 1, dp: 4}\nparallel: {<<: *base, tp: 4, dp: 2}\n")
+    assert read_yaml_data(path, "case")["parallel"] == {"tp": 4, "pp": 1, "dp": 2}
+
+
+def test_force_replaces_only_an_earlier_planner_output(tmp_path):
+    """--force replaced any existing directory with everything in it: `--out ~ --force` from elsewhere,
+    or a symbolic link to a data directory, deleted that directory. It now replaces only a directory
+    the planner wrote (plan.json or report.md at its top) or an empty one; through a link, the target."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text("mine")
+    link = tmp_path / "link"
+    link.symlink_to(data)
+    before = snapshot(tmp_path)
+    for out in (data, link):
+        r = CliRunner().invoke(main, PLAN_ARGS + ["--out", str(out), "--force"])
+        assert r.exit_code == 2, r.output
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "the planner did not write" in lines[0], r.stderr
+        assert snapshot(tmp_path) == before
+    # an earlier plan, reached through a link: replaced in place, the link kept
+    r = CliRunner().invoke(main, PLAN_ARGS + ["--out", str(tmp_path / "job")])
+    assert r.exit_code == 0, r.output + r.stderr
+    (tmp_path / "job-link").symlink_to(tmp_path / "job")
+    r = CliRunner().invoke(main, PLAN_ARGS + ["--out", str(tmp_path / "job-link"), "--force", "--tp", "2"])
+    assert r.exit_code == 0, r.output + r.stderr
+    assert (tmp_path / "job-link").is_symlink() and '"tp": 2' in (tmp_path / "job" / "plan.json").read_text()
+    # an empty directory may be filled
+    (tmp_path / "empty").mkdir()
+    assert CliRunner().invoke(main, PLAN_ARGS + ["--out", str(tmp_path / "empty"), "--force"]).exit_code == 0
