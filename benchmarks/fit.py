@@ -96,16 +96,12 @@ PARAMETERS = [
               "per step: grad-norm, loss-scale check, logging, barrier"),
     Parameter("fw", FRAMEWORKS, "microbatch_overhead_s", "microbatch_overhead", "ms", 0.1e-3, 10e-3, 1e-3, 1.0,
               "per micro-batch outside the layers: batch broadcast, loss, engine forward/backward/step calls"),
-    # DeepSpeed ZeRO-3 integrated into Megatron (Narayanan et al. 2021, Table 2) and Megatron-DeepSpeed
-    # share one DeepSpeed ZeRO-3 implementation.
+    # DeepSpeed ZeRO-3 integrated into Megatron (Narayanan et al. 2021, Table 2; DeepSpeed v0.3.13) and
+    # Megatron-DeepSpeed (0.6.2 in the Azure runs) share one gather efficiency; what differs between the
+    # versions is in their framework files (v0.3.13's per-rank loops and synchronous gathers), and
+    # neither hides its gathers behind compute (zero3_overlap 0, ASSUMED there).
     Parameter("fw", ("megatron-deepspeed", "megatron-lm"), "zero3_gather_efficiency", "zero3_gather_efficiency",
               "", 0.05, 1.0, 0.5, 1.0, "achieved / ideal bandwidth of DeepSpeed ZeRO-3 gathers"),
-    # How much of the gather traffic hides behind compute: DeepSpeed prefetches the next module on a
-    # side stream, but the Azure runs (deepspeed_runs.yaml: 175B at micro-batch 1 and 16 on 1,024
-    # GPUs) grow as a + b x micro-batch, a fixed exposed cost per step. Fitted with the efficiency:
-    # the micro-batch sweeps (Azure) and GPU-count sweeps (Narayanan 2021, Table 2) tell them apart.
-    Parameter("fw", ("megatron-deepspeed", "megatron-lm"), "zero3_overlap", "zero3_overlap",
-              "", 0.02, 1.0, 0.5, 1.0, "prefetch hides somewhere between none and all of the gathers"),
 ]
 
 

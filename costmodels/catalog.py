@@ -597,6 +597,9 @@ def framework_from_dict(d: dict) -> Framework:
             zero3_recompute_gathers=float(d.get("zero3_recompute_gathers", 1.0)),
             zero3_gathers_per_layer=float(d.get("zero3_gathers_per_layer", 1.0)),
             zero3_reduce_bucket_params=float(d.get("zero3_reduce_bucket_params", 0.0)),
+            zero3_rank_loop_host=_rank_loop(d, "host", what),
+            zero3_rank_loop_copies=_rank_loop(d, "copies", what),
+            zero3_reduce_tensors_per_layer=float(d.get("zero3_reduce_tensors_per_layer", 0.0)),
             grad_accumulation_bytes=float(_require(d, "grad_accumulation_bytes", what)),
             allocator_fragmentation=float(d["allocator_fragmentation"]),
             cuda_context_bytes=q("cuda_context"),
@@ -607,6 +610,17 @@ def framework_from_dict(d: dict) -> Framework:
         )
     except KeyError as exc:
         raise SpecError(f"{what}: missing required field {exc}") from None
+
+
+def _rank_loop(d: dict, key: str, what: str) -> float:
+    """`zero3_rank_loop: {host: x, copies: y}`: work per rank and ZeRO-3 call."""
+    loop = d.get("zero3_rank_loop") or {}
+    if not isinstance(loop, dict) or set(loop) - {"host", "copies"}:
+        raise SpecError(f"{what}: zero3_rank_loop must map host and copies to numbers")
+    value = loop.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 100.0:
+        raise SpecError(f"{what}: zero3_rank_loop.{key} must be a number in [0, 100], got {value!r}")
+    return float(value)
 
 
 def _head_dims(d: dict, what: str) -> tuple[int, ...]:

@@ -195,16 +195,32 @@ def zero3_calls(fw: Framework, k: Knobs, stages: Stages, sp: StageParams):
     gather_calls = most_layers * fw.zero3_gathers_per_layer + 1.0
     reduce_calls = gather_calls if fw.zero3_reduce_bucket_params <= 0 else \
         ceil(sp.per_gpu / fw.zero3_reduce_bucket_params)
+    reduce_calls = where(fw.zero3_reduce_tensors_per_layer > 0,
+                         most_layers * fw.zero3_reduce_tensors_per_layer + 1.0, reduce_calls)
     return gather_calls, reduce_calls
 
 
 def zero3_gather_reduce_time(c: ClusterSpec, fw: Framework, k: Knobs, sp: StageParams, vol: CommVolumes,
                              gathers, calls):
     """Seconds of the biggest stage's weight gathers (`gathers` of each layer) and gradient
-    reduce-scatter, at the framework's gather efficiency, plus every call's latency."""
+    reduce-scatter, at the framework's gather efficiency, plus every call's latency and, where the
+    framework loops over the ranks on the host in every call, that loop (`zero3_rank_loop`)."""
     bw, lat = steptime.zero3_microbatch_comm_time(sp.per_gpu * vol.weight_bytes, sp.per_gpu * vol.grad_bytes,
                                                   gathers, k.shard, k.tp, c, *calls)
-    return bw / fw.zero3_gather_efficiency + lat
+    return bw / fw.zero3_gather_efficiency + lat + zero3_rank_loop_time(c, fw, k, gathers, calls)
+
+
+def zero3_rank_loop_time(c: ClusterSpec, fw: Framework, k: Knobs, gathers, calls):
+    """Seconds of the per-rank work inside each ZeRO-3 call of DeepSpeed v0.3.13: every weight
+    all-gather and every parameter's reduce-scatter builds one view per rank in a Python loop
+    (partition_parameters.py:596-636 `_allgather_param`, 733-770 `_reduce_scatter_gradient`) and
+    hands torch's list collective one tensor per rank, which copies each rank's piece with its own
+    kernel (torch 1.8 ProcessGroupNCCL.cpp, allgather / reduce_scatter: flatten, then copy_ per
+    tensor). Each gather also waits for the GPU (torch.cuda.synchronize(), line 611), so nothing hides
+    them. Zero for DeepSpeed >= 0.5.5 (flat _all_gather_base, PR #1188 / #1453) and for FSDP."""
+    gather_calls, reduce_calls = calls
+    per_rank_call = fw.zero3_rank_loop_host * fw.host_overhead_s + fw.zero3_rank_loop_copies * c.gpu.kernel_overhead_s
+    return (gathers * gather_calls + reduce_calls) * asf(k.shard) * per_rank_call
 
 
 @dataclass(frozen=True, slots=True)
