@@ -342,7 +342,7 @@ def predict(runs: list[Run], constants: dict) -> np.ndarray:
 # by its prior sigma, so one run moves a constant by sigma^2 / (sigma^2 + RUN_SIGMA^2) of what would
 # match it exactly (the posterior mode of a normal prior and a normal error), and many runs by nearly
 # all of it. 0.09: the in-sample mean error of the published sources (benchmarks/validate.py: 9.1% when
-# it was set, 8.7% since the flash-kernel fix of 2026-11-24), which is what is left of a source once the
+# it was set, 8.1% since the ZeRO-3 versions were told apart on 2026-11-24), which is what is left of a source once the
 # constants fit it.
 RUN_SIGMA = 0.09
 
