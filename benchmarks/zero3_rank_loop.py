@@ -8,9 +8,10 @@ their Table 2) loops over every data-parallel rank in Python inside each collect
 all-gather (`partition_parameters.py` `_allgather_param`, v0.3.13 lines 596-636, the path
 `fetch_sub_module` takes) and every parameter's gradient reduce-scatter (`_reduce_scatter_gradient`,
 lines 733-770) each build a list of one `narrow()` view per rank for torch's list collective, which
-then copies each rank's piece with its own kernel (counted separately, as a GPU kernel). So each call
-costs time in proportion to the number of ranks: milliseconds per call on a thousand GPUs. DeepSpeed
-replaced this with flat `_all_gather_base` calls in v0.5.5 (November 2021; PR #1188, #1453).
+then copies each rank's piece with its own kernel (which the cost model prices at the GPU's per-kernel
+time, not measured here). So each call costs time in proportion to the number of ranks: milliseconds
+per call on a thousand GPUs. DeepSpeed made the gathers flat (`_all_gather_base`) in v0.5.5 (November
+2021, PR #1188) and the reduce-scatters (`reduce_scatter_coalesced`) in v0.6.0 (PR #1453).
 
 This script runs that loop on tiny CPU tensors (what remains is Python and the dispatcher) and divides
 by the host time of one counted kernel of an eager Megatron layer measured the same way

@@ -92,7 +92,8 @@ def component_text(name: str) -> str:
 def load_bands() -> dict:
     """The band file (catalog/error_bands.yaml)."""
     text = (resources.files("costmodels") / "catalog" / "error_bands.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    from .catalog import _strict_load
+    return _strict_load(text)
 
 
 @dataclass(frozen=True)

@@ -154,19 +154,32 @@ class _StrictLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
-            seen: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    if key in seen:
-                        raise _DuplicateKey(f"key {_shown(key)} appears twice (lines {seen[key]} and "
-                                            f"{key_node.start_mark.line + 1}); keep one")
-                    seen[key] = key_node.start_mark.line + 1
-                except TypeError:           # an unhashable key: the base loader says so
-                    continue
+            self._check_unique(node)
         return super().construct_mapping(node, deep=deep)
+
+    def _check_unique(self, node) -> None:
+        """Refuse a key written twice in `node`, and in any mapping merged into it with `<<` (which
+        PyYAML flattens without constructing)."""
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for sub in merged:
+                    if isinstance(sub, yaml.MappingNode):
+                        self._check_unique(sub)
+                continue
+            if key_node.tag == "tag:yaml.org,2002:value":      # '=' as a key: PyYAML reads it as a string
+                key = key_node.value
+            else:
+                key = self.construct_object(key_node, deep=True)
+            try:
+                if key in seen:
+                    shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else key
+                    raise _DuplicateKey(f"key {_shown(shown)} appears twice (lines {seen[key]} and "
+                                        f"{key_node.start_mark.line + 1}); keep one")
+                seen[key] = key_node.start_mark.line + 1
+            except TypeError:           # an unhashable key: the base loader says so
+                continue
 
 
 def _strict_load(text: str):
@@ -564,52 +577,92 @@ def load_model(ref) -> ModelSpec:
 def framework_from_dict(d: dict) -> Framework:
     what = f"framework {d.get('name', '?')}"
     q = lambda k: parse_quantity(_require(d, k, what), what=f"{what} {k}")  # noqa: E731
+
+    def n(key, default=None):
+        """A number field: finite (zero3_live_params may be .inf), in its range (FRAMEWORK_RANGES)."""
+        value = d.get(key, default) if default is not None else _require(d, key, what)
+        return _framework_number(value, key, what)
+
     try:
         return Framework(
             name=str(d["name"]),
-            dp_overlap=float(d["dp_overlap"]),
-            dp_overlap_zero0=float(d["dp_overlap_zero0"]),
-            attention_speedup=float(d["attention_speedup"]),
+            dp_overlap=n("dp_overlap"),
+            dp_overlap_zero0=n("dp_overlap_zero0"),
+            attention_speedup=n("attention_speedup"),
             context_parallel=str(d.get("context_parallel", "ring")),
-            offload_overlap=float(d.get("offload_overlap", 0.5)),
-            dp_overlap_pipelined=float(d["dp_overlap_pipelined"]),
-            tp_overlap=float(d["tp_overlap"]),
+            offload_overlap=n("offload_overlap", 0.5),
+            dp_overlap_pipelined=n("dp_overlap_pipelined"),
+            tp_overlap=n("tp_overlap"),
             pp_scatter_gather=bool(d["pp_scatter_gather"]),
-            pp_overlap=float(d["pp_overlap"]),
-            zero3_gather_efficiency=float(d["zero3_gather_efficiency"]),
-            zero3_overlap=float(d["zero3_overlap"]),
-            param_gather_overlap=float(d["param_gather_overlap"]),
-            zero3_live_layers=float(d["zero3_live_layers"]),
-            zero3_live_params=float(d["zero3_live_params"]),
+            pp_overlap=n("pp_overlap"),
+            zero3_gather_efficiency=n("zero3_gather_efficiency"),
+            zero3_overlap=n("zero3_overlap"),
+            param_gather_overlap=n("param_gather_overlap"),
+            zero3_live_layers=n("zero3_live_layers"),
+            zero3_live_params=n("zero3_live_params"),
             grad_buffer_follows_comm=bool(d["grad_buffer_follows_comm"]),
-            saved_activation_factor=float(d["saved_activation_factor"]),
-            fp8_saved_input_bytes=float(d["fp8_saved_input_bytes"]),
+            saved_activation_factor=n("saved_activation_factor"),
+            fp8_saved_input_bytes=n("fp8_saved_input_bytes"),
             iteration_overhead_s=q("iteration_overhead"),
             host_overhead_s=q("host_overhead"),
             microbatch_overhead_s=q("microbatch_overhead"),
-            elementwise_traffic=float(d["elementwise_traffic"]),
+            elementwise_traffic=n("elementwise_traffic"),
             state_bytes=_state_bytes(d, what),
             state_bytes_zero0=_state_bytes(d, what, "state_bytes_zero0") if "state_bytes_zero0" in d
             else _state_bytes(d, what),
             zero0_shards_optimizer=tuple(d.get("zero0_shards_optimizer", []) or []),
-            zero0_step_copy_bytes={str(k): float(v) for k, v in (d.get("zero0_step_copy_bytes") or {}).items()},
+            zero0_step_copy_bytes={str(k): _framework_number(v, f"zero0_step_copy_bytes.{k}", what)
+                                   for k, v in _mapping(d, "zero0_step_copy_bytes", what).items()},
             fsdp_pp_unsharded=bool(d.get("fsdp_pp_unsharded", False)),
-            zero3_recompute_gathers=float(d.get("zero3_recompute_gathers", 1.0)),
-            zero3_gathers_per_layer=float(d.get("zero3_gathers_per_layer", 1.0)),
-            zero3_reduce_bucket_params=float(d.get("zero3_reduce_bucket_params", 0.0)),
+            zero3_recompute_gathers=n("zero3_recompute_gathers", 1.0),
+            zero3_gathers_per_layer=n("zero3_gathers_per_layer", 1.0),
+            zero3_reduce_bucket_params=n("zero3_reduce_bucket_params", 0.0),
             zero3_rank_loop_host=_rank_loop(d, "host", what),
             zero3_rank_loop_copies=_rank_loop(d, "copies", what),
-            zero3_reduce_tensors_per_layer=float(d.get("zero3_reduce_tensors_per_layer", 0.0)),
-            grad_accumulation_bytes=float(_require(d, "grad_accumulation_bytes", what)),
-            allocator_fragmentation=float(d["allocator_fragmentation"]),
+            zero3_reduce_tensors_per_layer=n("zero3_reduce_tensors_per_layer", 0.0),
+            grad_accumulation_bytes=n("grad_accumulation_bytes"),
+            allocator_fragmentation=n("allocator_fragmentation"),
             cuda_context_bytes=q("cuda_context"),
             comm_buffer_bytes=q("comm_buffers"),
-            logits_bytes_per_element=float(d["logits_bytes_per_element"]),
+            logits_bytes_per_element=n("logits_bytes_per_element"),
             attention_head_dims=_head_dims(d, what),
             source=str(d.get("source", "")),
         )
     except KeyError as exc:
         raise SpecError(f"{what}: missing required field {exc}") from None
+
+
+# (low, high, low exclusive) of framework number fields; anything not listed: [0, 1e12].
+FRAMEWORK_RANGES = {
+    **{k: (0.0, 1.0, False) for k in ("dp_overlap", "dp_overlap_zero0", "dp_overlap_pipelined", "tp_overlap",
+                                       "pp_overlap", "zero3_overlap", "param_gather_overlap", "offload_overlap")},
+    "zero3_gather_efficiency": (0.0, 1.0, True), "attention_speedup": (0.0, 100.0, True),
+    "elementwise_traffic": (0.0, 100.0, True), "saved_activation_factor": (0.0, 100.0, True),
+    "allocator_fragmentation": (0.0, 10.0, False), "zero3_live_params": (0.0, math.inf, False),
+}
+
+
+def _framework_number(value, key: str, what: str) -> float:
+    low, high, open_low = FRAMEWORK_RANGES.get(key.split(".")[0], (0.0, 1e12, False))
+    if isinstance(value, str):              # PyYAML reads 1.0e9 (no exponent sign) as a string
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise SpecError(f"{what}: {key} must be a number, got {value[:40]!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{what}: {key} must be a number, got {value!r}")
+    x = float(value)
+    if math.isnan(x) or (math.isinf(x) and high != math.inf) or x < low or x > high or (open_low and x == low):
+        bounds = f"({low:g}, {high:g}]" if open_low else f"[{low:g}, {high:g}]"
+        raise SpecError(f"{what}: {key} is {value!r}; expected a number in {bounds}")
+    return x
+
+
+def _mapping(d: dict, key: str, what: str) -> dict:
+    value = d.get(key) or {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{what}: {key} must be a mapping")
+    return value
 
 
 def _rank_loop(d: dict, key: str, what: str) -> float:
@@ -637,7 +690,8 @@ def _state_bytes(d: dict, what: str, key: str = "state_bytes") -> dict:
         row = table.get(precision) if isinstance(table, dict) else None
         if not isinstance(row, dict) or not {"weights", "grads", "optimizer"} <= set(row):
             raise SpecError(f"{what}: {key}.{precision} needs weights, grads and optimizer")
-        out[precision] = (float(row["weights"]), float(row["grads"]), float(row["optimizer"]))
+        out[precision] = tuple(_framework_number(row[k], f"{key}.{precision}.{k}", what)
+                               for k in ("weights", "grads", "optimizer"))
     return out
 
 

@@ -217,7 +217,11 @@ def zero3_rank_loop_time(c: ClusterSpec, fw: Framework, k: Knobs, gathers, calls
     hands torch's list collective one tensor per rank, which copies each rank's piece with its own
     kernel (torch 1.8 ProcessGroupNCCL.cpp, allgather / reduce_scatter: flatten, then copy_ per
     tensor). Each gather also waits for the GPU (torch.cuda.synchronize(), line 611), so nothing hides
-    them. Zero for DeepSpeed >= 0.5.5 (flat _all_gather_base, PR #1188 / #1453) and for FSDP."""
+    them. The loop's host time is a measured share of a counted kernel's CPU time, priced at the fitted
+    host_overhead_s (which also holds a kernel launch the loop does not make), and each copy at the
+    GPU's kernel_overhead_s (not its host launch): two approximations of opposite sign, neither
+    measured on a GPU. DeepSpeed 0.5.5 made the gathers flat (_all_gather_base, PR #1188) and 0.6.0
+    the reduce-scatters (reduce_scatter_coalesced, PR #1453); zero for those and for FSDP."""
     gather_calls, reduce_calls = calls
     per_rank_call = fw.zero3_rank_loop_host * fw.host_overhead_s + fw.zero3_rank_loop_copies * c.gpu.kernel_overhead_s
     return (gathers * gather_calls + reduce_calls) * asf(k.shard) * per_rank_call
@@ -243,14 +247,16 @@ def zero3_communication(c: ClusterSpec, fw: Framework, k: Knobs, stages: Stages,
         c.gpu.hbm_bytes_per_s * c.gpu.hbm_efficiency)
     # Gathers of layer i+1 are prefetched under layer i's compute; each pass's first layer waits for
     # its own gather (one layer's share of the micro-batch's traffic stays exposed).
+    # (counted once: the rest hides under compute as far as the framework overlaps at all).
     z3_first = z3 / maximum(asf(stages.mid), 1.0)
-    z3_exposed = where(k.zero >= ZERO3, maximum(z3 - fw.zero3_overlap * mb_compute, 0.0) + z3_first, 0.0)
+    z3_exposed = where(k.zero >= ZERO3, z3_first + maximum(z3 - z3_first - fw.zero3_overlap * mb_compute, 0.0), 0.0)
     # FSDP2 under a pipeline schedule (torchtitan): weights gathered once per step and kept, gradients
     # reduce-scattered once, at the last micro-batch (fw.fsdp_pp_unsharded; see its catalog note).
     keep_unsharded = (k.zero >= ZERO3) & (k.pp > 1) & bool(fw.fsdp_pp_unsharded)
     z3_once = zero3_gather_reduce_time(c, fw, k, sp, vol, 1.0, calls)
-    z3_step = where(keep_unsharded, maximum(z3_once - fw.zero3_overlap * mb_compute, 0.0)
-                    + z3_once / maximum(asf(stages.mid), 1.0), 0.0)
+    once_first = z3_once / maximum(asf(stages.mid), 1.0)
+    z3_step = where(keep_unsharded, once_first + maximum(z3_once - once_first - fw.zero3_overlap * mb_compute, 0.0),
+                    0.0)
     z3_exposed = where(keep_unsharded, 0.0, z3_exposed)
     return Zero3(per_microbatch=z3_exposed, per_step=z3_step, keep_unsharded=keep_unsharded)
 

@@ -304,7 +304,7 @@ class Framework:
     fsdp_pp_unsharded: bool = False    # FSDP with PP: stage weights stay gathered, fp32 grads accumulate unsharded
     zero3_gathers_per_layer: float = 1.0   # ZeRO-3 / FSDP all-gather calls per layer and pass (fetch granularity)
     zero3_reduce_bucket_params: float = 0.0   # ZeRO-3 gradient reduce-scatter bucket; 0: one call per gather unit
-    # Work each ZeRO-3 call does per data-parallel rank (DeepSpeed <= 0.5.4; catalog megatron-lm.yaml):
+    # Work each ZeRO-3 call does per data-parallel rank (DeepSpeed v0.3.13; catalog megatron-lm.yaml):
     # host time in counted kernels (x host_overhead_s) and copy kernels (x the GPU's kernel_overhead_s).
     zero3_rank_loop_host: float = 0.0
     zero3_rank_loop_copies: float = 0.0

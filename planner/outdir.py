@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -62,24 +63,42 @@ def check_out_dir(out, force: bool, inputs=()) -> None:
         raise SpecError(f"--out {out} exists and is not a directory")
     if p.exists() and not force:
         raise SpecError(f"--out {out} already exists; pass --force to replace it")
-    if p.exists() and not _planner_output(resolved):
-        raise SpecError(f"--out {out} holds files the planner did not write (no {' or '.join(PLANNER_MARKERS)}); "
-                        "--force replaces only an earlier plan or report: remove it yourself or give a new name")
+    if p.exists():
+        foreign = _not_written_by_planner(resolved)
+        if foreign:
+            raise SpecError(f"--out {out} {foreign}; --force replaces only an earlier plan or report (or an empty "
+                            "directory): move what is yours, or give a new name")
     _check_parent(out, resolved)
 
 
-# What `planner plan` (plan.json) and `planner explain` (report.md) put at the top of every --out.
+# Everything `planner plan` (planner/emit) and `planner explain` (a report directory) write at the top of
+# an --out, and what probe/ holds before the probe has run.
+PLANNER_FILES = frozenset({"plan.json", "report.md", "launch.sh", "hostfile", ".deepspeed_env", "ds_config.json",
+                           "probe.sh", "memory.png", "time.png", "layouts.png", "tradeoff.png"})
 PLANNER_MARKERS = ("plan.json", "report.md")
+_PROBE_FILE = re.compile(r"^(ds_config_\d+\.json|\.deepspeed_env)$")
 
 
-def _planner_output(directory: Path) -> bool:
-    """True for an empty directory or one the planner wrote: --force may replace it, with everything in
-    it. Any other directory (a home, a data set, a link's target) is never deleted."""
+def _not_written_by_planner(directory: Path) -> str:
+    """'' for an empty directory or one the planner wrote (so --force may replace it, with everything in
+    it); else the first entry it did not write, or what is missing. A home, a data set, a link's target
+    or a directory holding a probe's logs (measurements) is never deleted."""
     try:
-        names = {entry.name for entry in os.scandir(directory)}
+        entries = {e.name: e for e in os.scandir(directory)}
+        if not entries:
+            return ""
+        for name, entry in sorted(entries.items()):
+            if name == "probe" and entry.is_dir(follow_symlinks=False):
+                for sub in sorted(os.scandir(entry.path), key=lambda e: e.name):
+                    if not (_PROBE_FILE.match(sub.name) and sub.is_file(follow_symlinks=False)):
+                        return f"holds 'probe/{sub.name}', which the planner did not write"
+            elif name not in PLANNER_FILES or not entry.is_file(follow_symlinks=False):
+                return f"holds '{name}', which the planner did not write"
     except OSError as exc:
         raise SpecError(f"--out {directory}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
-    return not names or any(m in names for m in PLANNER_MARKERS)
+    if not any(m in entries for m in PLANNER_MARKERS):
+        return f"has no {' or '.join(PLANNER_MARKERS)}, so it is not an earlier plan or report"
+    return ""
 
 
 def write_out_file(out, text: str, force: bool, inputs=()) -> None:

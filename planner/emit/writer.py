@@ -190,11 +190,12 @@ def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict |
                 _write_file(tmp / name, content, (modes or {}).get(name, 0o644))
             os.chmod(tmp, 0o755)
             if force and target.exists():
-                if not _exchange(tmp, target.resolve()):
+                real = target.resolve()            # through a symbolic link, its target is replaced
+                if not _exchange(tmp, real):
                     old = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target), suffix=".old", dir=parent))
                     os.rmdir(old)
-                    os.replace(target, old)
-                    os.replace(tmp, target)
+                    os.replace(real, old)
+                    os.replace(tmp, real)
                     tmp = old
             else:
                 _publish_new(tmp, target, out)

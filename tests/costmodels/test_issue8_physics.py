@@ -527,3 +527,21 @@ def test_long_sequence_deepspeed_runs_use_the_triton_kernel(validation_dir):
     for res in evaluate(long):
         assert abs(res.step_error) < 0.10, (res.record.id, res.step_error)
     assert all(r.case["framework"]["attention_head_dims"] == [16, 32, 64, 128] for r in long)
+
+
+@pytest.mark.parametrize("overlap,compute,expected", [(0.0, 5.0, 10.0), (1.0, 5.0, 5.0), (1.0, 50.0, 0.25)])
+def test_zero3_first_gather_is_counted_once(monkeypatch, overlap, compute, expected):
+    """Each pass's first gather cannot hide (nothing computes before it), the rest hides under compute as
+    far as the framework overlaps. The first layer's share was added on top of the whole traffic, so a
+    framework that hides nothing paid z3 x (1 + 1/layers): 1.2% of the 70B example's step at 80 layers."""
+    from types import SimpleNamespace as NS
+
+    from costmodels import layout_time as LT
+    from costmodels.types import GC_16BIT, ZERO3
+    monkeypatch.setattr(LT, "zero3_gather_reduce_time", lambda *a: 10.0)     # 10 s of gathers and reduces
+    fw = replace(catalog.load_framework("megatron-deepspeed"), zero3_overlap=overlap)
+    k = NS(zero=ZERO3, pp=1, grad_comm=GC_16BIT, shard=8, tp=1)
+    stages = NS(first=40, mid=40, last=40)
+    out = LT.zero3_communication(catalog.load_cluster("H100-SXM", num_gpus=8), fw, k, stages,
+                                 NS(per_gpu=1e9), NS(gathers=2.0, weight_bytes=2.0, grad_bytes=2.0), compute)
+    assert float(out.per_microbatch) == pytest.approx(expected)

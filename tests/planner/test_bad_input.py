@@ -535,3 +535,53 @@ def test_force_replaces_only_an_earlier_planner_output(tmp_path):
     # an empty directory may be filled
     (tmp_path / "empty").mkdir()
     assert CliRunner().invoke(main, PLAN_ARGS + ["--out", str(tmp_path / "empty"), "--force"]).exit_code == 0
+    # a name the planner also writes is not enough: a thesis with a report.md, a plan with probe logs
+    thesis = tmp_path / "thesis"
+    (thesis / "chapters").mkdir(parents=True)
+    (thesis / "report.md").write_text("mine")
+    (tmp_path / "job" / "probe").mkdir()
+    (tmp_path / "job" / "probe" / "1.log").write_text("iteration 1/ 20 | elapsed time per iteration (ms): 5.0\n")
+    before = snapshot(tmp_path)
+    for out, words in ((thesis, "holds 'chapters'"), (tmp_path / "job-link", "holds 'probe/1.log'")):
+        r = CliRunner().invoke(main, PLAN_ARGS + ["--out", str(out), "--force"])
+        assert r.exit_code == 2 and words in r.stderr and "the planner did not write" in r.stderr, r.stderr
+        assert snapshot(tmp_path) == before
+
+
+def test_force_through_a_link_replaces_its_target_without_renameat2(tmp_path, monkeypatch):
+    """Where renameat2 cannot exchange the two directories, the fallback renamed the link itself: the link
+    became a real directory, the target kept the old plan and a stale link was left beside them."""
+    from planner.emit import writer
+    monkeypatch.setattr(writer, "_exchange", lambda a, b: False)
+    assert CliRunner().invoke(main, PLAN_ARGS + ["--out", str(tmp_path / "job")]).exit_code == 0
+    (tmp_path / "link").symlink_to(tmp_path / "job")
+    r = CliRunner().invoke(main, PLAN_ARGS + ["--out", str(tmp_path / "link"), "--force", "--tp", "2"])
+    assert r.exit_code == 0, r.output + r.stderr
+    assert (tmp_path / "link").is_symlink()
+    assert '"tp": 2' in (tmp_path / "job" / "plan.json").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job", "link"]
+
+
+@pytest.mark.parametrize("line,fragment", [
+    ("zero3_reduce_tensors_per_layer: abc", "zero3_reduce_tensors_per_layer must be a number, got 'abc'"),
+    ("zero3_gathers_per_layer: .nan", "zero3_gathers_per_layer is nan; expected a number in [0, 1e+12]"),
+    ("zero3_overlap: 1.5", "zero3_overlap is 1.5; expected a number in [0, 1]"),
+    ("zero3_gather_efficiency: 0", "zero3_gather_efficiency is 0; expected a number in (0, 1]"),
+])
+def test_framework_numbers_are_checked(tmp_path, line, fragment):
+    """A framework file's number fields went through float(): 'abc' ended in a traceback, .nan gave a
+    NaN step time, an overlap of 1.5 hid more than all of the traffic."""
+    base = (Path(__file__).resolve().parents[2] / "costmodels" / "catalog" / "frameworks" /
+            "megatron-deepspeed.yaml").read_text().splitlines()
+    key = line.split(":")[0]
+    text = [f"{line}" if row.startswith(key + ":") else row for row in base]
+    if not any(row == line for row in text):
+        text.append(line)
+    text = [row if not row.startswith("name:") else "name: mine" for row in text]
+    (tmp_path / "fw.yaml").write_text("\n".join(text) + "\n")
+    (tmp_path / "case.yaml").write_text(f"model: llama2-7b\ncluster: H100-SXM\nframework: {tmp_path / 'fw.yaml'}\n"
+                                        "parallel: {tp: 1, pp: 1, dp: 8, zero_stage: 3}\n")
+    r = CliRunner().invoke(main, ["estimate", str(tmp_path / "case.yaml")])
+    assert r.exit_code == 2, r.output + r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and fragment in lines[0], r.stderr

@@ -151,10 +151,14 @@ def test_write_is_atomic_and_refuses_existing_output(rendered, tmp_path):
     with pytest.raises(SpecError, match="already exists"):
         write_plan(result, out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    (out / "stale.txt").write_text("old")
+    (out / "probe.sh").write_text("old")                 # an earlier plan's file: replaced with the rest
     write_plan(result, out, force=True)
-    assert not (out / "stale.txt").exists() and (out / "launch.sh").exists()
+    assert not (out / "probe.sh").exists() and (out / "launch.sh").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["job"]          # no temporary leftovers
+    (out / "notes.txt").write_text("mine")                # not the planner's: --force refuses
+    with pytest.raises(SpecError, match="holds 'notes.txt', which the planner did not write"):
+        write_plan(result, out, force=True)
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_explain_rerenders_the_same_report(rendered, tmp_path):

@@ -377,6 +377,12 @@ def test_plans_show_hidden_communication(tmp_path):
     assert "| DP gradient sync (hidden) |" in (out / "report.md").read_text()
     est = CliRunner().invoke(main, ["estimate", str(out / "plan.json")])
     assert "DP gradient sync (hidden)" in est.stdout
+    # FSDP prefetches the next block's gathers (zero3_overlap 1 in the torchtitan profile): shown as hidden
+    case = tmp_path / "fsdp.yaml"
+    case.write_text("model: llama2-7b\ncluster: H100-SXM\nframework: torchtitan\n"
+                    "parallel: {tp: 1, pp: 1, dp: 8, zero_stage: 3, micro_batch: 2, global_batch: 64}\n")
+    est = CliRunner().invoke(main, ["estimate", str(case)])
+    assert est.exit_code == 0 and "ZeRO-3 gathers (hidden)" in est.stdout, est.output
 
 
 # ---- item 9: offload plans report host memory / NVMe per node against the cluster's ---------------
