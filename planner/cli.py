@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from .emit.shell import comment_text as one_line
 from .cli_common import CLIError, run_command
 from .serialise import to_json
 
@@ -57,7 +58,7 @@ def estimate(case, as_json, tokens, calibration):
         click.echo(to_json(result.to_dict()))
         return
     c = result.case
-    title = (f"{c.model.name} on {c.layout.world} x {c.cluster.gpu.name} "
+    title = (f"{one_line(c.model.name)} on {c.layout.world} x {one_line(c.cluster.gpu.name)} "
              f"({c.cluster.gpus_per_node} per node, framework {c.framework.name})")
     click.echo(estimate_text(title, c.layout, result.estimate, total_tokens=result.total_tokens,
                              price=c.cluster.price_per_gpu_hour, defaults=result.defaults,

@@ -1,6 +1,7 @@
 """Plan results as terminal text: `planner plan`'s summary, warnings, cost and error bands."""
 from __future__ import annotations
 
+from .emit.shell import comment_text as one_line
 from costmodels.units import fmt_bytes, fmt_seconds
 
 from .serialise import best_hidden_comm, best_offload_needs, cost_dict, error_bands
@@ -44,7 +45,8 @@ def plan_text(result) -> str:
         if study.get("layouts_satisfying_rules_exact") is False:
             counts = "about " + counts
         counts += f", {study.get('completed', result.scored):,} trials"
-    lines = [f"{result.model.name} on {result.cluster.num_gpus} x {result.cluster.gpu.name} "
+    lines = [f"{one_line(result.model.name)} on {result.cluster.num_gpus} x "
+             f"{one_line(result.cluster.gpu.name)} "
              f"({result.profile.name}): best of {result.fitting:,} fitting layouts "
              f"({counts}, {result.seconds:.2f} s)", "",
              "  " + layout_line(best.layout),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+from .emit.shell import comment_text as one_line
 from costmodels.units import GiB, fmt_bytes, fmt_seconds
 
 from .breakdown import HIDDEN_LABELS
@@ -168,7 +169,7 @@ def _layout_text(l: dict) -> str:
 def render_report(data: dict, figures: dict) -> str:
     inp = data["inputs"]
     m, c, est, l = inp["model"], inp["cluster"], data["estimate"], data["layout"]
-    lines = [f"# Training plan: {m['name']} on {c['num_gpus']} x {c['gpu']}", ""]
+    lines = [f"# Training plan: {one_line(m['name'])} on {c['num_gpus']} x {one_line(c['gpu'])}", ""]
     lines.append(f"Framework: **{inp['framework']}**. Model: {m['total_params'] / 1e9:.2f}B parameters, "
                  f"{m['num_layers']} layers, hidden {m['hidden']}, {m['num_heads']} heads "
                  f"({m['num_kv_heads']} key/value), vocabulary {m['vocab']}.")

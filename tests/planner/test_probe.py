@@ -130,3 +130,19 @@ def test_cli_probe_writes_the_files_and_needs_out(tmp_path):
     r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
                                   "--global-batch", "32", "--probe", "2"])
     assert r.exit_code == 2 and "error:" in r.output and "--out" in r.output
+
+
+def test_hostile_names_stay_on_one_printable_line_in_text_and_report(probed):
+    """A model or GPU name with a newline or a terminal escape was printed as is: the plan's first line
+    broke in two on the terminal (or cleared it), and report.md's title let the name write its own
+    markdown lines. Names now show with control characters as `?`, as in the scripts' comments."""
+    from planner.output import plan_text
+    base, _ = probed
+    evil = "m\n# injected\x1b[2J"
+    result = replace(base, model=replace(base.model, name=evil),
+                     cluster=replace(base.cluster, gpu=replace(base.cluster.gpu, name="g\rpu")))
+    first = plan_text(result).splitlines()[0]
+    assert first.startswith("m?# injected?[2J on ") and "g?pu" in first
+    report = render_files(result)["report.md"].decode()
+    assert report.splitlines()[0] == f"# Training plan: m?# injected?[2J on {base.cluster.num_gpus} x g?pu"
+    assert "\x1b" not in report and "\n# injected" not in report
