@@ -178,7 +178,8 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
         raise SpecError(f"storage {shown!r} needs its database driver (for PostgreSQL: pip install "
                         "'llm-train-planner[postgres]', which brings psycopg)") from None
     except Exception as exc:   # noqa: BLE001 - SQLAlchemy / Optuna errors for a bad URL or an unreachable server
-        raise SpecError(f"cannot open Optuna storage {shown!r}: {_first_line(exc, storage_url)}") from None
+        raise SpecError(f"cannot open Optuna storage {shown!r}: {_first_line(exc, storage_url)}"
+                        f"{_storage_hint(exc, storage_url)}") from None
     directions = ["minimize"] * len(objectives)
     last = None
     for attempt in range(5):
@@ -205,7 +206,8 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
         for params in seeds:
             study.enqueue_trial(params)
         return study, storage, True
-    raise SpecError(f"cannot open Optuna study '{name}' in {shown!r}: {_first_line(last, storage_url)}")
+    raise SpecError(f"cannot open Optuna study '{name}' in {shown!r}: {_first_line(last, storage_url)}"
+                    f"{_storage_hint(last, storage_url)}")
 
 
 def _check_study(study, name, objectives, fingerprint) -> None:
@@ -257,6 +259,17 @@ def count_taken(study, storage) -> int:
 def record_heartbeat(storage, trial) -> None:
     if storage is not None:
         storage.record_heartbeat(trial._trial_id)
+
+
+def _storage_hint(exc, url) -> str:
+    """What would fix an SQLite file that cannot be opened or written (SQLite needs to write a journal
+    beside the file, so its directory must be writable too)."""
+    text = str(exc)
+    if str(url).startswith("sqlite:") and ("unable to open database file" in text or "readonly" in text
+                                           or "read-only" in text):
+        return ("; SQLite needs the file and its directory writable (it writes a journal beside it): give "
+                "--storage a file in a writable directory, or --out somewhere writable")
+    return ""
 
 
 def _first_line(exc, url) -> str:

@@ -217,6 +217,14 @@ def test_unreachable_storage_error_hides_the_password():
     assert "hunter2" not in line and "cannot open Optuna storage" in line
 
 
+def test_an_sqlite_file_that_cannot_be_opened_says_what_would_fix_it(tmp_path):
+    """SQLite's own words ("unable to open database file") named neither the cause nor the fix: a missing
+    or read-only directory (SQLite writes a journal beside the file)."""
+    line = one_error_line(CliRunner().invoke(main, ARGS + ["--storage", f"sqlite:///{tmp_path}/missing/x.db"]))
+    assert "unable to open database file" in line and "its directory writable" in line
+    assert str(tmp_path) not in line
+
+
 @pytest.mark.skipif(not PG, reason="no PostgreSQL (scripts/postgres.sh)")
 def test_postgres_password_is_not_written(tmp_path):
     url = PG.replace("postgres@", "postgres:hunter2@", 1)       # trust authentication ignores it
