@@ -576,7 +576,20 @@ def load_model(ref) -> ModelSpec:
 
 def framework_from_dict(d: dict) -> Framework:
     what = f"framework {d.get('name', '?')}"
-    q = lambda k: parse_quantity(_require(d, k, what), what=f"{what} {k}")  # noqa: E731
+    q = lambda k: parse_quantity(_require(d, k, what), what=f"{what} {k}", dim=FRAMEWORK_QUANTITIES[k][0],  # noqa: E731
+                                 maximum=FRAMEWORK_QUANTITIES[k][1])
+    unknown = sorted(str(k) for k in d if k not in FRAMEWORK_KEYS)
+    if unknown:
+        raise SpecError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(FRAMEWORK_KEYS))}")
+    if d.get("context_parallel", "ring") not in ("ring", "ulysses"):
+        raise SpecError(f"{what}: context_parallel must be ring or ulysses, got {d.get('context_parallel')!r}")
+    shards = d.get("zero0_shards_optimizer", []) or []
+    if not isinstance(shards, list) or any(x not in PRECISION_NAMES for x in shards):
+        raise SpecError(f"{what}: zero0_shards_optimizer must be a list of precisions "
+                        f"({', '.join(PRECISION_NAMES)}), got {shards!r}")
+    copies = _mapping(d, "zero0_step_copy_bytes", what)
+    if any(k not in PRECISION_NAMES for k in copies):
+        raise SpecError(f"{what}: zero0_step_copy_bytes keys must be precisions ({', '.join(PRECISION_NAMES)})")
 
     def n(key, default=None):
         """A number field: finite (zero3_live_params may be .inf), in its range (FRAMEWORK_RANGES)."""
@@ -585,7 +598,7 @@ def framework_from_dict(d: dict) -> Framework:
 
     try:
         return Framework(
-            name=str(d["name"]),
+            name=_one_line(str(d["name"])),
             dp_overlap=n("dp_overlap"),
             dp_overlap_zero0=n("dp_overlap_zero0"),
             attention_speedup=n("attention_speedup"),
@@ -593,14 +606,14 @@ def framework_from_dict(d: dict) -> Framework:
             offload_overlap=n("offload_overlap", 0.5),
             dp_overlap_pipelined=n("dp_overlap_pipelined"),
             tp_overlap=n("tp_overlap"),
-            pp_scatter_gather=bool(d["pp_scatter_gather"]),
+            pp_scatter_gather=_fw_flag(d, "pp_scatter_gather", what),
             pp_overlap=n("pp_overlap"),
             zero3_gather_efficiency=n("zero3_gather_efficiency"),
             zero3_overlap=n("zero3_overlap"),
             param_gather_overlap=n("param_gather_overlap"),
             zero3_live_layers=n("zero3_live_layers"),
             zero3_live_params=n("zero3_live_params"),
-            grad_buffer_follows_comm=bool(d["grad_buffer_follows_comm"]),
+            grad_buffer_follows_comm=_fw_flag(d, "grad_buffer_follows_comm", what),
             saved_activation_factor=n("saved_activation_factor"),
             fp8_saved_input_bytes=n("fp8_saved_input_bytes"),
             iteration_overhead_s=q("iteration_overhead"),
@@ -613,10 +626,10 @@ def framework_from_dict(d: dict) -> Framework:
             zero0_shards_optimizer=tuple(d.get("zero0_shards_optimizer", []) or []),
             zero0_step_copy_bytes={str(k): _framework_number(v, f"zero0_step_copy_bytes.{k}", what)
                                    for k, v in _mapping(d, "zero0_step_copy_bytes", what).items()},
-            fsdp_pp_unsharded=bool(d.get("fsdp_pp_unsharded", False)),
+            fsdp_pp_unsharded=_fw_flag(d, "fsdp_pp_unsharded", what, False),
             zero3_recompute_gathers=n("zero3_recompute_gathers", 1.0),
             zero3_gathers_per_layer=n("zero3_gathers_per_layer", 1.0),
-            zero3_reduce_bucket_params=n("zero3_reduce_bucket_params", 0.0),
+            zero3_reduce_bucket_params=_bucket(n("zero3_reduce_bucket_params", 0.0), what),
             zero3_rank_loop_host=_rank_loop(d, "host", what),
             zero3_rank_loop_copies=_rank_loop(d, "copies", what),
             zero3_reduce_tensors_per_layer=n("zero3_reduce_tensors_per_layer", 0.0),
@@ -636,10 +649,49 @@ def framework_from_dict(d: dict) -> Framework:
 FRAMEWORK_RANGES = {
     **{k: (0.0, 1.0, False) for k in ("dp_overlap", "dp_overlap_zero0", "dp_overlap_pipelined", "tp_overlap",
                                        "pp_overlap", "zero3_overlap", "param_gather_overlap", "offload_overlap")},
-    "zero3_gather_efficiency": (0.0, 1.0, True), "attention_speedup": (0.0, 100.0, True),
+    "zero3_gather_efficiency": (0.0, 1.0, True),
     "elementwise_traffic": (0.0, 100.0, True), "saved_activation_factor": (0.0, 100.0, True),
     "allocator_fragmentation": (0.0, 10.0, False), "zero3_live_params": (0.0, math.inf, False),
+    "attention_speedup": (0.01, 100.0, False), "grad_accumulation_bytes": (0.0, 64.0, False),
+    "logits_bytes_per_element": (0.0, 64.0, False), "fp8_saved_input_bytes": (0.0, 8.0, False),
+    "state_bytes": (0.0, 64.0, False), "zero0_step_copy_bytes": (0.0, 256.0, False),
+    "zero3_recompute_gathers": (0.0, 10.0, False), "zero3_gathers_per_layer": (0.0, 1000.0, False),
+    "zero3_reduce_tensors_per_layer": (0.0, 1000.0, False), "zero3_live_layers": (0.0, 1e6, False),
 }
+# (dimension, maximum) of the framework's quantities with a unit.
+FRAMEWORK_QUANTITIES = {"iteration_overhead": ("s", 10.0), "host_overhead": ("s", 0.01),
+                        "microbatch_overhead": ("s", 1.0), "cuda_context": ("bytes", 2.0**40),
+                        "comm_buffers": ("bytes", 2.0**40)}
+PRECISION_NAMES = ("fp32", "fp16", "bf16", "fp8")
+FRAMEWORK_KEYS = frozenset({
+    "name", "source", "aliases", "dp_overlap", "dp_overlap_zero0", "dp_overlap_pipelined", "tp_overlap",
+    "pp_scatter_gather", "pp_overlap", "attention_speedup", "attention_head_dims", "context_parallel",
+    "offload_overlap", "zero3_gather_efficiency", "zero3_overlap", "param_gather_overlap", "zero3_live_layers",
+    "zero3_recompute_gathers", "zero3_gathers_per_layer", "zero3_reduce_bucket_params",
+    "zero3_reduce_tensors_per_layer", "zero3_rank_loop", "zero3_live_params", "grad_buffer_follows_comm",
+    "saved_activation_factor", "fp8_saved_input_bytes", "iteration_overhead", "microbatch_overhead",
+    "host_overhead", "elementwise_traffic", "grad_accumulation_bytes", "state_bytes", "state_bytes_zero0",
+    "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "allocator_fragmentation",
+    "cuda_context", "comm_buffers", "logits_bytes_per_element"})
+
+
+def _bucket(value: float, what: str) -> float:
+    if 0.0 < value < 1.0:
+        raise SpecError(f"{what}: zero3_reduce_bucket_params is {value!r}; expected 0 (one call per gather unit) "
+                        "or a bucket of at least 1 parameter")
+    return value
+
+
+def _fw_flag(d: dict, key: str, what: str, default=None) -> bool:
+    value = d.get(key, default) if default is not None else _require(d, key, what)
+    if not isinstance(value, bool):
+        raise SpecError(f"{what}: {key} must be true or false, got {value!r}")
+    return value
+
+
+def _one_line(text: str) -> str:
+    """A name shown in one line: control characters as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _framework_number(value, key: str, what: str) -> float:
@@ -678,8 +730,9 @@ def _rank_loop(d: dict, key: str, what: str) -> float:
 
 def _head_dims(d: dict, what: str) -> tuple[int, ...]:
     dims = d.get("attention_head_dims") or []
-    if not isinstance(dims, list) or not all(isinstance(x, int) and x > 0 for x in dims):
-        raise SpecError(f"{what}: attention_head_dims must be a list of positive integers")
+    if not isinstance(dims, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= 1024
+                                             for x in dims):
+        raise SpecError(f"{what}: attention_head_dims must be a list of whole numbers from 1 to 1024")
     return tuple(sorted(dims))
 
 

@@ -219,9 +219,11 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     elem = layer_elementwise_bytes(m, tokens, seq_len, tp, sp, flash, precision) * fw.elementwise_traffic
     bw = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
     # Non-flash attention runs as batched GEMMs at GEMM efficiency; flash at its own.
+    # (fp32 training runs them at the fp16 rate where the GPU has one, else at its fp32 rate.)
+    batched = gemm_rate(cluster, where(asv(precision) == FP32, FP16, precision))
     attn_rate = where(flash, attention_rate(cluster, precision) * fw.attention_speedup
                       * attention_head_dim_share(m, fw),
-                      gemm_rate(cluster, where(asv(precision) == FP32, FP16, precision)))
+                      where(batched > 0, batched, gemm_rate(cluster, precision)))
     n_fwd, n_bwd = _kernel_counts(m, flash)
     # TP: two all-reduces (or reduce-scatter + all-gather with SP, same bytes) per layer pass
     # (Shoeybi et al. 2019, §3, Fig. 4; Korthikanti et al. 2022, §4.2.2).

@@ -103,9 +103,14 @@ def parse_quantity(value, *, what: str = "value", dim: str | None = None, positi
     return number * factor
 
 
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]?\d+")
+
+
 def parse_number(value, *, what: str, low: float | None = None, high: float | None = None,
                  low_open: bool = False, integer: bool = False) -> float:
     """A plain number (no unit) in [low, high] ((low, high] with `low_open`); finite; never a bool."""
+    if isinstance(value, str) and _PLAIN_NUMBER.fullmatch(value.strip()):
+        value = float(value)        # PyYAML reads 1e6 (no '.' or exponent sign) as text
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
         kind = "a whole number" if integer else "a number"
         raise SpecError(f"{what}: expected {kind}{_range_text(low, high, low_open)}, got {value!r}")

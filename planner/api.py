@@ -206,8 +206,8 @@ def parse_price(value) -> tuple[float, str]:
             raise SpecError(f"--price-per-gpu-hour takes an amount with an optional currency (2.5, '2.5 USD'), "
                             f"got {value!r}")
         amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
-    if not amount >= 0 or amount == float("inf"):
-        raise SpecError(f"--price-per-gpu-hour must be a non-negative amount, got {value!r}")
+    if not 0 <= amount <= 1e6:          # the cluster file's range
+        raise SpecError(f"--price-per-gpu-hour must be an amount from 0 to 1e6 per GPU-hour, got {value!r}")
     return amount, {"$": "USD", "€": "EUR", "£": "GBP"}.get(currency, currency)
 
 

@@ -24,6 +24,7 @@ import yaml
 
 from costmodels import catalog
 from costmodels.errors import SpecError
+from costmodels.units import parse_number
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,7 @@ def load_calibration(path) -> dict:
         spec = next((c for c in CONSTANTS if c.name == k), None)
         if spec is None:
             raise SpecError(f"calibration file '{path}': unknown constant {k!r} (known: {', '.join(NAMES)})")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not spec.low <= v <= spec.high:
-            raise SpecError(f"calibration file '{path}': {k} must be a number in [{spec.low}, {spec.high}], got {v!r}")
-        out[k] = float(v)
+        out[k] = parse_number(v, what=f"calibration file '{path}': {k}", low=spec.low, high=spec.high)
     return out
 
 
@@ -128,6 +127,8 @@ CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attent
                 "seq_length": "seq_len", "tensor_model_parallel_size": "tp",
                 "pipeline_model_parallel_size": "pp", "micro_batch_size": "mbs", "global_batch_size": "gbs"}
 WARMUP_ITERS = 3        # the first iterations include compilation, allocator growth and NCCL setup
+# No training step is shorter than a millisecond or longer than a day (outside: a damaged log or file).
+MIN_STEP_S, MAX_STEP_S = 1e-3, 86400.0
 
 
 @dataclass(frozen=True)
@@ -175,9 +176,10 @@ def parse_log(path) -> LogRun:
         raise SpecError(f"log '{path}' is truncated: its last iteration line is {last} of {total} "
                         "(the run stopped early or the log was cut)")
     steady = [ms for it, _, ms in iters if it > WARMUP_ITERS] or [iters[-1][2]]
-    if statistics.median(steady) <= 0:
-        raise SpecError(f"log '{path}': its elapsed time per iteration is 0 ms; a training step takes time, "
-                        "so the log is damaged")
+    step = statistics.median(steady) / 1e3
+    if not MIN_STEP_S <= step <= MAX_STEP_S:
+        raise SpecError(f"log '{path}': its elapsed time per iteration is {step * 1e3:.4g} ms, outside any "
+                        f"training step ({MIN_STEP_S * 1e3:g} ms to {MAX_STEP_S:g} s), so the log is damaged")
     last_of = lambda k: fields[k][-1] if fields.get(k) else None
     gb, sl = last_of("global_batch"), last_of("seq_len")
     return LogRun(str(path), tuple((it, ms) for it, _, ms in iters), total, statistics.median(steady) / 1e3,
@@ -296,9 +298,9 @@ def _yaml_runs(p: Path) -> list[Run]:
             raise SpecError(f"{where}: needs model, cluster, parallel and measured, each a mapping "
                             "(../shared/validation/README.md)")
         step = rec["measured"].get("step_time_s")
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step < 1e7:
-            raise SpecError(f"{where}: measured.step_time_s must be a number of seconds above 0 (and below "
-                            f"10^7), got {str(step)[:40]!r}")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not MIN_STEP_S <= step <= MAX_STEP_S:
+            raise SpecError(f"{where}: measured.step_time_s must be a number of seconds from {MIN_STEP_S:g} to "
+                            f"{MAX_STEP_S:g}, got {str(step)[:40]!r}")
         rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec}
         rules = None if source_of(str(rec["id"])) in SOURCES else USER_RULES
         try:
@@ -370,12 +372,28 @@ class Calibration:
                 "bounds": {c.name: [c.low, c.high] for c in CONSTANTS},
                 "meaning": {c.name: c.what for c in CONSTANTS},
             },
-            "runs": [{"id": r.id, "source": r.source, "measured_step_s": float(f"{r.measured_step_s:.6g}"),
+            "runs": [{"id": shown_path(r.id), "source": shown_path(r.source),
+                      "measured_step_s": float(f"{r.measured_step_s:.6g}"),
                       "error_before": float(f"{b:.4f}"), "error_after": float(f"{a:.4f}")}
                      for r, b, a in zip(self.runs, self.before, self.after)],
             "mape_before": float(f"{_mape(self.before):.4f}"),
             "mape_after": float(f"{_mape(self.after):.4f}"),
         }
+
+
+def shown_path(text: str) -> str:
+    """A run's file as calib.yaml and the output show it: relative to the working directory when it lies
+    under it, else its folder and name only (no local absolute path reaches a written file). A 'log:'
+    prefix is kept."""
+    prefix = "log:" if text.startswith("log:") else ""
+    raw = text[len(prefix):]
+    if not raw or "/" not in raw and "\\" not in raw:
+        return text
+    p = Path(raw)
+    try:
+        return prefix + str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError, RuntimeError):
+        return prefix + str(Path(p.parent.name) / p.name)
 
 
 def _mape(errors) -> float:
@@ -482,7 +500,7 @@ def calibration_text(cal: Calibration) -> str:
         lines.append(f"  kept at the catalog value (no run's step time responds to it): {', '.join(kept)}")
     lines.append("step-time error per run (predicted / measured - 1):")
     for r, b, a in zip(cal.runs, cal.before, cal.after):
-        lines.append(f"  {r.id}: measured {r.measured_step_s * 1e3:.1f} ms, before {b * 100:+.1f}%, "
+        lines.append(f"  {shown_path(r.id)}: measured {r.measured_step_s * 1e3:.1f} ms, before {b * 100:+.1f}%, "
                      f"after {a * 100:+.1f}%")
     lines.append(f"MAPE: before {_mape(cal.before) * 100:.1f}%, after {_mape(cal.after) * 100:.1f}%")
     return "\n".join(lines)

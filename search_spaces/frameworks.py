@@ -194,7 +194,11 @@ PROFILES = {
 
 def load_profile(name: str) -> RulesProfile:
     if name not in PROFILES:
-        raise UnknownPresetError("framework", name, list(PROFILES))
+        err = UnknownPresetError("framework", name, list(PROFILES))
+        # a search needs a framework's rules, which only these profiles have: no file path here
+        err.args = (str(err).replace(" (or pass a YAML file path)", " (plan searches under these two "
+                                                                      "frameworks' rules only)"),)
+        raise err
     return PROFILES[name]
 
 

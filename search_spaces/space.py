@@ -121,6 +121,8 @@ def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequ
     supported = [p.code for p in Precision if p is not Precision.FP32 and cluster.gpu.supports(p)]
     if Precision.BF16.code in supported and Precision.FP16.code in supported:
         supported.remove(Precision.FP16.code)     # bf16 where the GPU has it: same speed, no loss scaling
+    if not supported and cluster.gpu.supports(Precision.FP32):
+        supported = [Precision.FP32.code]         # a GPU with no 16-bit peak trains in fp32
     offloads = [Offload.NONE.code, Offload.CPU.code] + ([Offload.NVME.code] if cluster.nvme_bytes > 0 else [])
     flash = cluster.gpu.supports_flash
     return {

@@ -204,6 +204,9 @@ def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
         "other-batch": (mds_log(250.0, gbs=128), ["1.log", "another model", "global batch size 128"]),
     }
     cases["zero-ms"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 0.0 |"), ["1.log", "0 ms", "damaged"])
+    # a review fuzzed these: 10^30 ms and 1 us per step pinned compute_scale at its bound, silently
+    cases["1e30-ms"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 1e30 |"), ["1.log", "outside any", "damaged"])
+    cases["1-us"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 0.001 |"), ["1.log", "outside any", "damaged"])
     cases["garbled-number"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 2.5.0 |"),
                                ["1.log", "truncated"])      # lines whose time is not a number are not read
     for name, (text, words) in cases.items():
@@ -261,3 +264,17 @@ def test_bad_calibration_file_is_one_error_line(tmp_path):
     bad.write_text("constants: {gemm_magic: 1}\n")
     with pytest.raises(Exception, match="unknown constant"):
         load_calibration(bad)
+
+
+def test_calib_yaml_holds_no_local_absolute_path(probe_dir, tmp_path):
+    """Each run's id and source were the log's and the plan's paths as given: an absolute path outside the
+    working directory went into calib.yaml and the --json output."""
+    logs = [str(probe_dir / "probe" / f"{rank}.log") for rank in (1, 2)]
+    out = tmp_path / "calib.yaml"
+    r = CliRunner().invoke(main, ["calibrate", *logs, "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert str(probe_dir) not in text and str(probe_dir) not in r.stdout
+    runs = yaml.safe_load(text)["runs"]
+    assert [x["id"] for x in runs] == ["probe/1.log", "probe/2.log"]
+    assert all(x["source"] == "log:job/plan.json" for x in runs)
