@@ -292,7 +292,11 @@ def gpu_from_dict(d: dict) -> GPU:
     peak_raw = _require(d, "peak", what)
     if not isinstance(peak_raw, dict) or not peak_raw:
         raise SpecError(f"{what}: 'peak' must map precisions (bf16, fp16, ...) to FLOP/s, e.g. bf16: 989 TFLOP/s")
-    peak = {str(k): parse_quantity(v, what=f"{what} peak.{k}", dim="FLOP/s") for k, v in peak_raw.items()}
+    peak = {str(k): parse_quantity(v, what=f"{what} peak.{k}", dim="FLOP/s", maximum=1e18)
+            for k, v in peak_raw.items()}
+    if any(0 < x < 1e11 for x in peak.values()):         # 100 GFLOP/s: below any GPU of this century
+        raise SpecError(f"{what}: a peak below 100 GFLOP/s is not a GPU's (got {peak_raw!r}); write it with its "
+                        "unit, e.g. bf16: 989 TFLOP/s")
     if not any(peak.get(k, 0) > 0 for k in ("fp32", "tf32", "fp16", "bf16")):
         raise SpecError(f"{what}: peak needs a positive fp32, fp16 or bf16 rate (e.g. bf16: 989 TFLOP/s), "
                         f"got {peak_raw!r}")
@@ -300,14 +304,16 @@ def gpu_from_dict(d: dict) -> GPU:
     fitted = d.get("fitted", {}) or {}
     if not isinstance(system, dict) or not isinstance(fitted, dict):
         raise SpecError(f"{what}: 'system' and 'fitted' must be mappings")
-    q = lambda v, k, dim, positive=True: parse_quantity(v, what=f"{what} {k}", dim=dim, positive=positive)  # noqa: E731
+    q = lambda v, k, dim, positive=True: parse_quantity(v, what=f"{what} {k}", dim=dim, positive=positive,  # noqa: E731
+                                                        maximum=GPU_MAXIMA.get(k))
     frac = lambda k, default: parse_number(fitted.get(k, default), what=f"{what} fitted.{k}", low=0.0,  # noqa: E731
                                            high=1.0, low_open=True)
     speedup = lambda k: parse_number(fitted.get(k, 1.0), what=f"{what} fitted.{k}", low=1.0, high=16.0)  # noqa: E731
     return GPU(
         name=_name(_require(d, "name", what), "GPU name"),
         hbm_bytes=q(_require(d, "hbm", what), "hbm", "bytes"),
-        hbm_bytes_per_s=q(_require(d, "hbm_bandwidth", what), "hbm_bandwidth", "bytes/s"),
+        hbm_bytes_per_s=_at_least(q(_require(d, "hbm_bandwidth", what), "hbm_bandwidth", "bytes/s"), 1e9,
+                                  f"{what} hbm_bandwidth", "1 GB/s"),
         peak_flop_per_s=peak,
         sparse_2to4=_flag(d.get("sparse_2to4", False), f"{what} sparse_2to4"),
         nvlink_bytes_per_s=q(system.get("nvlink_bandwidth", "0 GB/s"), "nvlink_bandwidth", "bytes/s", False),
@@ -327,6 +333,17 @@ def gpu_from_dict(d: dict) -> GPU:
                                          what=f"{what} gemm_tile_intensity", low=0.0, low_open=True, high=1e6),
         source=str(d.get("source", "")),
     )
+
+
+# Upper limits of a GPU file's quantities: far above any GPU, below what overflows the arithmetic.
+GPU_MAXIMA = {"hbm": 2.0**50, "hbm_bandwidth": 1e15, "nvlink_bandwidth": 1e14, "network_bandwidth": 1e14,
+              "pcie_bandwidth": 1e13, "kernel_overhead": 1e-3}
+
+
+def _at_least(value: float, low: float, what: str, shown: str) -> float:
+    if value < low:
+        raise SpecError(f"{what}: {value:g} B/s is below {shown}, slower than any GPU memory; check the unit")
+    return value
 
 
 def _name(value, what: str) -> str:

@@ -627,3 +627,24 @@ def test_price_and_framework_options_say_what_they_take(tmp_path):
                     "parallel: {tp: 1, pp: 1, dp: 8}\n")
     r = CliRunner().invoke(main, ["estimate", str(case)])
     assert r.exit_code == 0, r.output + r.stderr
+
+
+@pytest.mark.parametrize("old,new,fragment", [
+    ("hbm_bandwidth:", "hbm_bandwidth: 1 B/s", "below 1 GB/s"),
+    ("  kernel_overhead:", "  kernel_overhead: 1000000 s", "kernel_overhead: '1000000 s' is out of range"),
+    ("  bf16:", "  bf16: 1 FLOP/s", "a peak below 100 GFLOP/s is not a GPU's"),
+    ("  bf16:", "  bf16: 1.0e30 TFLOP/s", "peak.bf16: '1.0e30 TFLOP/s' is out of range"),
+])
+def test_gpu_quantities_have_ranges(tmp_path, old, new, fragment):
+    """A GPU file took any magnitude: 1 B/s of HBM gave a 1.7e13 s step, a 1 FLOP/s peak a negative
+    'overhead' in the time breakdown, a 10^6 s kernel overhead was accepted."""
+    lines = (Path(__file__).resolve().parents[2] / "costmodels" / "catalog" / "gpus" / "h100-sxm.yaml"
+             ).read_text().splitlines()
+    lines = [new if line.startswith(old) else line for line in lines]
+    assert new in lines
+    (tmp_path / "gpu.yaml").write_text("\n".join(lines) + "\n")
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", str(tmp_path / "gpu.yaml"),
+                                  "--gpus", "8", "--global-batch", "64"])
+    assert r.exit_code == 2, r.output + r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and fragment in lines[0], r.stderr
