@@ -54,6 +54,9 @@ def load_calibration(path) -> dict:
     data = catalog.read_yaml_file(path, "calibration")
     if not isinstance(data.get("constants"), dict):
         raise SpecError(f"calibration file '{path}' has no 'constants' mapping (write it with `planner calibrate`)")
+    if data.get("version", 1) != 1 or isinstance(data.get("version"), bool):
+        raise SpecError(f"calibration file '{path}': version {str(data.get('version'))[:20]!r} is not one this "
+                        "planner reads (1); write it again with `planner calibrate`")
     out = {}
     for k, v in data["constants"].items():
         spec = next((c for c in CONSTANTS if c.name == k), None)
@@ -301,6 +304,14 @@ def _yaml_runs(p: Path) -> list[Run]:
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not MIN_STEP_S <= step <= MAX_STEP_S:
             raise SpecError(f"{where}: measured.step_time_s must be a number of seconds from {MIN_STEP_S:g} to "
                             f"{MAX_STEP_S:g}, got {str(step)[:40]!r}")
+        for key in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "zero_stage"):
+            value = rec["parallel"].get(key)
+            low = 0 if key == "zero_stage" else 1
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 10**7):
+                raise SpecError(f"{where}: parallel.{key} must be a whole number from {low} to 10^7, "
+                                f"got {str(value)[:40]!r}")
+        if "id" in rec and not isinstance(rec["id"], str):
+            raise SpecError(f"{where}: id must be a string, got {str(rec['id'])[:40]!r}")
         rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec}
         rules = None if source_of(str(rec["id"])) in SOURCES else USER_RULES
         try:

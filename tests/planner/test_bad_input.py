@@ -264,6 +264,8 @@ HOSTILE = {
                      "parallel: {tp: 0, pp: 1, dp: 8, cp: 1, micro_batch: 1, global_batch: 8}, "
                      "measured: {step_time_s: 0.5}}\n",
 }
+HOSTILE["runs_tptwo.yaml"] = HOSTILE["runs_tp0.yaml"].replace("tp: 0", "tp: two")
+HOSTILE["runs_idmap.yaml"] = HOSTILE["runs_tp0.yaml"].replace("tp: 0", "tp: 1").replace("- {model", "- {id: {a: 1}, model")
 
 HOSTILE_TABLE = [
     ("billion laughs", ["estimate", "{d}/laughs.yaml"], "aliases"),
@@ -340,7 +342,10 @@ HOSTILE_TABLE = [
     ("--global-batch-tokens -4M", PLAN_ARGS[:7] + ["--global-batch-tokens", "-4M"], "got '-4M'"),
     ("4,000-digit hex integer", PLAN_ARGS[:1] + ["--model", "gpt-1.7b", "--cluster", "{d}/hex_cluster.yaml"],
      "beyond any real quantity"),
-    ("calibrate: tp 0", ["calibrate", "{d}/runs_tp0.yaml"], "record 1: ZeroDivisionError"),
+    ("calibrate: tp 0", ["calibrate", "{d}/runs_tp0.yaml"], "record 1: parallel.tp must be a whole number from 1"),
+    ("calibrate: tp as a word", ["calibrate", "{d}/runs_tptwo.yaml"], "parallel.tp must be a whole number from 1 to "
+                                                                       "10^7, got 'two'"),
+    ("calibrate: id a mapping", ["calibrate", "{d}/runs_idmap.yaml"], "record 1: id must be a string"),
 ]
 
 

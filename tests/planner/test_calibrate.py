@@ -278,3 +278,10 @@ def test_calib_yaml_holds_no_local_absolute_path(probe_dir, tmp_path):
     runs = yaml.safe_load(text)["runs"]
     assert [x["id"] for x in runs] == ["probe/1.log", "probe/2.log"]
     assert all(x["source"] == "log:job/plan.json" for x in runs)
+
+
+def test_a_calibration_of_another_version_is_refused(tmp_path):
+    bad = tmp_path / "calib.yaml"
+    bad.write_text("version: 2\nconstants: {compute_scale: 1.0}\n")
+    example = Path(__file__).resolve().parents[2] / "examples" / "llama2-7b-h100.yaml"
+    _one_error(CliRunner().invoke(main, ["estimate", str(example), "--calibration", str(bad)]), "version '2'")
