@@ -11,7 +11,12 @@ from search_spaces.knobs import CLI_KNOBS
 
 
 def _split(value):
-    return [v.strip() for v in str(value).split(",") if v.strip()]
+    from costmodels.errors import SpecError
+
+    items = [v.strip() for v in str(value).split(",")]
+    if any(not v for v in items):
+        raise SpecError(f"{str(value)[:60]!r}: an empty item in a comma-separated list; write values like 1,2,4")
+    return items
 
 
 def _ints(text, option):

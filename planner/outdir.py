@@ -17,6 +17,9 @@ def _resolved(out, kind: str) -> tuple[Path, Path]:
         raise SpecError(f"--out needs a {kind} name, got an empty string")
     if "\0" in str(out):
         raise SpecError("--out contains a NUL character")
+    if any(not c.isprintable() for c in str(out)):
+        raise SpecError(f"--out {str(out)[:60]!r} contains a control character (a newline, a tab, an escape); "
+                        "give a name of printable characters")
     p = Path(out)
     if len(os.fsencode(p.name)) > 240:
         raise SpecError(f"--out: the name {p.name[:40]}... is {len(os.fsencode(p.name))} bytes long; "

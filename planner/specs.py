@@ -295,7 +295,10 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
     training_raw = data.get("training") or {}
     if not isinstance(training_raw, dict):
         raise SpecError("training: expected a mapping (total_tokens, framework)")
-    fw_name = data.get("framework") or training_raw.get("framework")
+    fw_name = data.get("framework") if "framework" in data else training_raw.get("framework")
+    if isinstance(fw_name, str) and not fw_name.strip():
+        raise SpecError("framework: an empty name; give a preset (megatron-deepspeed, ...) or a framework "
+                        "file, or leave the key out for the default")
     if fw_name is None:
         fw_name = DEFAULT_FRAMEWORK
         defaults.append(f"framework = {DEFAULT_FRAMEWORK}")

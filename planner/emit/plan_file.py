@@ -94,6 +94,10 @@ def check_estimate_numbers(est, where: str) -> None:
                                 "writes (finite, 0 or more); the file was changed, re-run `planner plan --out`")
 
     walk(est, "")
+    for key in ("mfu", "hfu"):
+        if isinstance(est.get(key), (int, float)) and est[key] > 1.0:
+            raise SpecError(f"{where}: {key} = {est[key]:g} is above 1, which no run reaches; the file was changed, "
+                            "re-run `planner plan --out`")
     band = est.get("step_time_band_s")
     lows = [est.get(k) for k in POSITIVE] + ([band[0]] if isinstance(band, list) and band else [])
     if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0 for v in lows if v is not None):

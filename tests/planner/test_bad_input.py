@@ -55,6 +55,7 @@ CASES = {
     "case.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 1, pp: 1, dp: 8}\n",
     "m.yaml": "num_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\nvocab_size: 32000\nseq_length: 2048\n",
     "plan.json": '{"layout": {}}',
+    "fw_empty.yaml": "model: llama2-7b\ncluster: H100-SXM\nframework: ''\nparallel: {tp: 1, pp: 1, dp: 8}\n",
     # A key written twice: YAML and JSON loaders keep the last silently, so the first value was lost.
     "dup_model.yaml": "num_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\nvocab_size: 32000\n"
                       "seq_length: 2048\nhidden_size: 2048\n",
@@ -152,6 +153,9 @@ TABLE = [
     ("--out under /proc", PLAN_ARGS + ["--out", "/proc/planner-job"], "cannot write in /proc"),
     ("--out name too long", PLAN_ARGS + ["--out", "{d}/" + "x" * 260], "bytes long"),
     ("--out root", PLAN_ARGS + ["--out", "/", "--force"], "names the current or a parent directory"),
+    ("--out with a newline", PLAN_ARGS + ["--out", "{d}/new\nline"], "contains a control character"),
+    ("an empty item in a list", PLAN_ARGS + ["--tp", "1,,2"], "an empty item in a comma-separated list"),
+    ("framework ''", ["estimate", "{d}/fw_empty.yaml"], "framework: an empty name"),
     ("key twice in a model file", ["plan", "--model", "{d}/dup_model.yaml", "--cluster", "H100-SXM"],
      "key 'hidden_size' appears twice (lines 2 and 6); keep one"),
     ("key twice in a case", ["estimate", "{d}/dup_case.yaml"], "key 'tp' appears twice (lines 3 and 3)"),
@@ -467,11 +471,12 @@ TAMPERED = [
     ("1e30 compute time", "estimate.time_breakdown_s.compute", 1e30, "is not a value `planner plan` writes"),
     ("band from zero", "estimate.step_time_band_s", [0.0, 5.0], "must be above zero"),
     ("runner-ups a number", "runner_ups", 5, "runner_ups must be a list"),
+    ("MFU 7", "estimate.mfu", 7.0, "mfu = 7 is above 1"),
 ]
 
 
 STORED_ONLY = ("runner-up without layout", "zero step time", "zero throughput", "1e30 compute time", "band from zero",
-               "runner-ups a number")
+               "runner-ups a number", "MFU 7")
 TAMPERED_RUNS = [(c, *t) for t in TAMPERED for c in ("explain", "estimate")
                  if not (c == "estimate" and t[0] in STORED_ONLY)]   # estimate reads only the layout
 
