@@ -615,7 +615,7 @@ def framework_from_dict(d: dict) -> Framework:
 
     try:
         return Framework(
-            name=_one_line(str(d["name"])),
+            name=str(d["name"]),
             dp_overlap=n("dp_overlap"),
             dp_overlap_zero0=n("dp_overlap_zero0"),
             attention_speedup=n("attention_speedup"),
@@ -704,11 +704,6 @@ def _fw_flag(d: dict, key: str, what: str, default=None) -> bool:
     if not isinstance(value, bool):
         raise SpecError(f"{what}: {key} must be true or false, got {value!r}")
     return value
-
-
-def _one_line(text: str) -> str:
-    """A name shown in one line: control characters as '?'."""
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _framework_number(value, key: str, what: str) -> float:

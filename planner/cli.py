@@ -59,7 +59,7 @@ def estimate(case, as_json, tokens, calibration):
         return
     c = result.case
     title = (f"{one_line(c.model.name)} on {c.layout.world} x {one_line(c.cluster.gpu.name)} "
-             f"({c.cluster.gpus_per_node} per node, framework {c.framework.name})")
+             f"({c.cluster.gpus_per_node} per node, framework {one_line(c.framework.name)})")
     click.echo(estimate_text(title, c.layout, result.estimate, total_tokens=result.total_tokens,
                              price=c.cluster.price_per_gpu_hour, defaults=result.defaults,
                              hidden=result.hidden_comm, bands=result.bands))
