@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
+import numpy as np
 import yaml
 
 from .types import ZERO3, ClusterSpec, Estimate, Framework, Layout, ModelSpec
@@ -213,7 +214,7 @@ def memory_band(est: Estimate, table: dict | None = None) -> Band:
     mem = data["memory"]
     peak = est.peak_memory_bytes
     low = min(peak * math.exp(-float(mem["q90"])), peak * (1.0 - MEMORY_FLOOR))
-    high = max(peak * math.exp(-float(mem["q10"])), peak * (1.0 + MEMORY_FLOOR))
+    high = peak * memory_high_factor(data)
     return Band(peak, low, high)
 
 
@@ -222,6 +223,18 @@ def oom_risk(est: Estimate, band: Band) -> bool:
     return band.high > est.hbm_bytes
 
 
-__all__ = ["Band", "components", "component_text", "load_bands", "memory_band", "oom_risk",
+def memory_high_factor(table: dict | None = None) -> float:
+    """Upper memory band / point estimate (the same factor for every estimate, see memory_band)."""
+    data = table if table is not None else load_bands()
+    return max(math.exp(-float(data["memory"]["q10"])), 1.0 + MEMORY_FLOOR)
+
+
+def oom_risk_rows(peak_bytes, hbm_bytes: float, table: dict | None = None):
+    """oom_risk for arrays of point estimates of peak memory (a batch of layouts on one GPU)."""
+    return np.asarray(peak_bytes, dtype=float) * memory_high_factor(table) > hbm_bytes
+
+
+__all__ = ["Band", "components", "component_text", "load_bands", "memory_band", "memory_high_factor", "oom_risk",
+           "oom_risk_rows",
            "residual_offsets", "step_time_band", "thin_constant_name", "thin_constant_offsets",
            "vary_thin_constants", "LEVEL"]

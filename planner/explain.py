@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodels.bands import oom_risk_rows
 from costmodels.estimate import TIME_FIELDS, estimate_batch
 from costmodels.units import fmt_bytes
 from search_spaces.knobs import BY_NAME, EXPLAINED, KNOBS
@@ -65,6 +66,7 @@ def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
         ok &= holds
     batch = estimate_batch(ctx.model, ctx.cluster, cost_fw, columns_to_batch(cols))
     base_per_token = best.estimate.step_time_s / best.estimate.tokens_per_step
+    oom = oom_risk_rows(batch.peak_memory_bytes, ctx.cluster.gpu.hbm_bytes)   # upper memory band above the GPU
     lines = []
     for i, (knob, new, changed) in enumerate(cand):
         head = f"{BY_NAME[knob].label} {_label(knob, values[knob])} -> {_label(knob, new)}"
@@ -84,6 +86,7 @@ def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
         key = max(moves, key=lambda f: abs(moves[f]))
         sign = "+" if moves[key] >= 0 else "-"
         mem = batch.peak_memory_bytes[i] - best.estimate.memory.total
+        risk = "; OOM risk" if oom[i] else ""
         lines.append(f"{head}: {delta * 100:+.1f}% time per token ({TIME_LABELS[key]} {sign}{abs(moves[key]):.3g} s/step; "
-                     f"memory {'+' if mem >= 0 else '-'}{fmt_bytes(abs(mem))})")
+                     f"memory {'+' if mem >= 0 else '-'}{fmt_bytes(abs(mem))}{risk})")
     return lines

@@ -66,14 +66,15 @@ def family_label(code: int) -> str:
 SKELETON = STRUCTURAL       # the knob table's structural knobs
 
 
-def alternatives(idx, cols, top_k) -> list[int]:
-    """The best row, then the best row of every other family in rank order, then rows whose structure
-    (the knobs of SKELETON: not only the batch or the gradient-communication dtype) is new."""
+def alternatives(idx, cols, top_k, include=()) -> list[int]:
+    """The best row, then the rows of `include` (shown whatever their family), then the best row of
+    every other family in rank order, then rows whose structure (the knobs of SKELETON: not only the
+    batch or the gradient-communication dtype) is new."""
     if not len(idx) or top_k <= 0:
         return []
     fam = family_codes(cols)
-    chosen = [int(idx[0])]
-    seen = {int(fam[idx[0]])}
+    chosen = [int(idx[0])] + [int(j) for j in include if int(j) != int(idx[0])][:top_k - 1]
+    seen = {int(fam[j]) for j in chosen}
     for j in idx[1:]:
         if len(chosen) >= top_k:
             break

@@ -29,6 +29,7 @@ from .objectives import pareto_front
 from .ranking import alternatives, family_codes, family_label, rank_rows
 from .result import Plan, SearchResult
 from .settings import SearchSettings
+from .ties import safe_first
 
 LATTICE_LIMIT = 4_000_000      # layouts scored exhaustively; above this Optuna samples
 PARETO_SHOWN = 50              # layouts of a Pareto front kept in the result
@@ -71,13 +72,21 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, reques
         values = {k: int(cols[k][j]) for k in KNOBS}
         return make_plan(rank, values, space, profile, cost_fw, objective, check=check, family=family)
 
+    displaced, safety = None, ""
+    if settings.objectives[0] != "memory":   # the memory objective already ranks by headroom
+        idx, displaced, safety = safe_first(
+            idx, est, cluster.gpu.hbm_bytes,
+            lambda j: plan_at(0, j, tuple(float(o[j]) for o in objs), check=False),
+            model, cluster, cost_fw)
+    include = () if displaced is None else (displaced,)
     plans = tuple(plan_at(i + 1, j, tuple(float(o[j]) for o in objs), family=family_label(fams[j]))
-                  for i, j in enumerate(alternatives(idx, cols, settings.top_k)))
+                  for i, j in enumerate(alternatives(idx, cols, settings.top_k, include)))
     pareto = ()
     if len(objs) == 2:
         pareto = tuple(plan_at(0, j, (float(objs[0][j]), float(objs[1][j])), check=False)
                        for j in pareto_front(objs[0], objs[1])[:PARETO_SHOWN])
-    why = why_best(plans[0], profile, space, Ctx(model, cluster, request.num_gpus), cost_fw)
+    why = ([safety] if safety else []) + why_best(plans[0], profile, space, Ctx(model, cluster, request.num_gpus),
+                                                  cost_fw)
     return SearchResult(model=model, cluster=cluster, profile=profile, request=request, settings=settings,
                         plans=plans, pareto=pareto, method=method, considered=space.size(), checked=product,
                         lattice=lattice, scored=collector.scored, fitting=collector.fitting,

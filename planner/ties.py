@@ -13,12 +13,15 @@ Tie-break rule (README "Error bands"), applied in order, among the best and the 
 with it: 1. no OOM risk (upper memory band within the GPU's memory); 2. fewer thin constants
 (fitted on fewer than 20 runs or 3 sources) behind the band; 3. a narrower step-time band (better-
 validated components); 4. fewer moving parts (pipeline, context parallel, offload, each counted
-once) and a lower ZeRO stage; 5. a lower upper memory band; 6. the point estimate. The planner does
-not change its pick: it reports the rule's preference next to it.
+once) and a lower ZeRO stage; 5. a lower upper memory band; 6. the point estimate. The planner reports the rule's preference next
+to its pick, and changes its pick for rule 1 only (`safe_first`): a layout with OOM risk is not
+ranked first when a layout without OOM risk ties with it; the faster one is then shown second.
 """
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from costmodels import bands as B
 from costmodels.units import fmt_bytes, fmt_seconds
@@ -49,6 +52,37 @@ def bands_dict(model, cluster, framework, layout, est) -> dict:
             "thin_constants": list(step.thin),
         },
     }
+
+
+def safe_first(idx, est_cols: dict, hbm_bytes: float, plan_of, model, cluster, framework):
+    """Rule 1 of the tie-break, applied to the pick (issue 9: an OOM risk is not ranked as safe).
+    `idx`: rows in rank order; `est_cols`: their estimate columns; `plan_of(row)`: the row's Plan.
+    When the first row is an OOM risk (upper memory band above the GPU's memory) and the best row
+    without OOM risk ties with it (step-time bands per token overlap), that row goes first and the
+    displaced one second. Returns (idx, displaced row or None, text for the plan's `why`)."""
+    if not len(idx):
+        return idx, None, ""
+    risk = B.oom_risk_rows(np.asarray(est_cols["peak_memory_bytes"])[idx], hbm_bytes)
+    if not risk[0] or risk.all():
+        return idx, None, ""
+    first, safe = int(idx[0]), int(idx[int(np.argmin(risk))])
+    fast, slow = plan_of(first), plan_of(safe)
+    bands = []
+    for plan in (fast, slow):
+        band = B.step_time_band(model, cluster, framework, plan.layout, plan.estimate)
+        tokens = plan.estimate.tokens_per_step
+        bands.append((band.low / tokens, band.high / tokens))
+    (lo_f, hi_f), (lo_s, hi_s) = bands
+    if not (lo_f <= hi_s and lo_s <= hi_f):
+        return idx, None, ""
+    rest = [int(j) for j in idx if int(j) not in (first, safe)]
+    per_token = [p.estimate.step_time_s / p.estimate.tokens_per_step for p in (fast, slow)]
+    high = float(np.asarray(est_cols["peak_memory_bytes"])[first]) * B.memory_high_factor()
+    why = (f"picked for memory safety: the layout ranked #2 takes {100 * (1 - per_token[0] / per_token[1]):.1f}% less "
+           f"time per token by the point estimate, but its upper memory band ({fmt_bytes(high)}) exceeds the GPU's "
+           f"{fmt_bytes(hbm_bytes)} (OOM risk); this layout ties with it within model error and has no "
+           "OOM risk (README 'Error bands', tie-break rule 1)")
+    return np.array([safe, first] + rest, dtype=np.int64), first, why
 
 
 def band_text(lo: float, hi: float, fmt) -> str:
@@ -127,7 +161,7 @@ def annotate(data: dict, objective: str = "time") -> dict:
         "preferred_rank": preferred["rank"],
         "rule": ("among ties: no OOM risk, fewer thin constants, narrower band, fewer moving parts and lower "
                  "ZeRO stage, lower upper memory band, then the point estimate (README 'Error bands'); "
-                 "the plan keeps rank 1"),
+                 "the plan applies the first of these itself and otherwise keeps the fastest"),
         "separate_by": separate,
         "best_rests_on_thin_constants": list(thin_best),
         "oom_risk_ranks": [e["rank"] for e in group + [r for r in data.get("runner_ups", []) if not r.get("tie")]
