@@ -14,6 +14,8 @@ per-step overhead; those no calibration run responds to are kept).
 (c) With --loso-from (the JSON `benchmarks/validate.py --json` writes): (b) again, but each source
     starts from the constants refitted without it (its leave-one-source-out refit), which is what a
     team on a cluster the catalog was never fitted to starts from.
+(b) and (c) are printed twice: per source as the issue words it, then with each GPU type of a source
+on its own (a calibration describes one cluster; `planner calibrate` refuses runs of two GPUs).
 """
 from __future__ import annotations
 
@@ -56,8 +58,10 @@ def vtrain(records) -> dict:
             "test_mape_after": mape(predict(test, cal.constants), test)}
 
 
-def per_source(records, loso_refits=None) -> dict:
-    """(b), or (c) when `loso_refits` ({source: fitted values}, validate.py's JSON) is given."""
+def per_source(records, loso_refits=None, by_cluster=False) -> dict:
+    """(b), or (c) when `loso_refits` ({source: fitted values}, validate.py's JSON) is given. With
+    `by_cluster`, each source is split by GPU type (a calibration describes one cluster: planner
+    calibrate refuses runs of two GPUs), and groups of one run are left out."""
     out = {}
     by_source: dict[str, list] = {}
     for r in records:
@@ -68,17 +72,22 @@ def per_source(records, loso_refits=None) -> dict:
         if loso_refits is not None:
             import fit as fitmod
             overrides = fitmod.make_overrides(loso_refits[source])
-        runs = runs_of(recs, overrides)
-        if len(runs) < 2:
-            continue
-        before, after = [], []
-        for i, one in enumerate(runs):
-            rest = runs[:i] + runs[i + 1:]
-            cal = fit([one])
-            before.append(mape(predict(rest, cal.prior), rest))
-            after.append(mape(predict(rest, cal.constants), rest))
-        out[source] = {"runs": len(runs), "mape_before": float(np.mean(before)), "mape_after": float(np.mean(after)),
-                       "runs_improved": int(sum(a < b for a, b in zip(after, before)))}
+        groups: dict[str, list] = {}
+        for run in runs_of(recs, overrides):
+            key = f"{source} {run.case.cluster.gpu.name}" if by_cluster else source
+            groups.setdefault(key, []).append(run)
+        for key, runs in groups.items():
+            if len(runs) < 2:
+                continue
+            before, after = [], []
+            for i, one in enumerate(runs):
+                rest = runs[:i] + runs[i + 1:]
+                cal = fit([one])
+                before.append(mape(predict(rest, cal.prior), rest))
+                after.append(mape(predict(rest, cal.constants), rest))
+            out[key] = {"runs": len(runs), "mape_before": float(np.mean(before)),
+                        "mape_after": float(np.mean(after)),
+                        "runs_improved": int(sum(a < b for a, b in zip(after, before)))}
     return out
 
 
@@ -96,29 +105,30 @@ def main(argv=None) -> int:
     print(f"    8-GPU rows {a['test_runs']}:       MAPE {a['test_mape_before']:.1%} -> {a['test_mape_after']:.1%}")
     print("    constants: " + ", ".join(f"{k} {v:.4g}" for k, v in a["constants"].items()))
     report = {"vtrain": a}
+    loso = json.loads(Path(args.loso_from).read_text())["loso_refits"] if args.loso_from else None
     for label, title, refits in (("per_source", "(b) per published source, from the catalog (in-sample)", None),
                                  ("per_source_loso", "(c) per published source, from its leave-one-source-out "
-                                                     "refit (a cluster the catalog never saw)",
-                                  json.loads(Path(args.loso_from).read_text())["loso_refits"]
-                                  if args.loso_from else None)):
+                                                     "refit (a cluster the catalog never saw)", loso)):
         if label == "per_source_loso" and refits is None:
             continue
         report[label] = section(title, per_source(records, refits))
+        report[label + "_by_gpu"] = section(title + ", each GPU type of the source on its own (one cluster)",
+                                            per_source(records, refits, by_cluster=True), unit="clusters")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 
 
-def section(title, b) -> dict:
+def section(title, b, unit="sources") -> dict:
     print(title + ": calibrate on one run, predict the rest (mean over the choice of run)")
-    print(f"    {'source':16s} {'runs':>4s} {'before':>8s} {'after':>8s}  better")
+    print(f"    {'source':28s} {'runs':>4s} {'before':>8s} {'after':>8s}  better")
     for s, v in b.items():
-        print(f"    {s:16s} {v['runs']:4d} {v['mape_before']:8.1%} {v['mape_after']:8.1%}  "
+        print(f"    {s:28s} {v['runs']:4d} {v['mape_before']:8.1%} {v['mape_after']:8.1%}  "
               f"{v['runs_improved']}/{v['runs']}")
     mb = float(np.mean([v["mape_before"] for v in b.values()]))
     ma = float(np.mean([v["mape_after"] for v in b.values()]))
     within = sum(v["mape_after"] <= 0.05 for v in b.values())
-    print(f"    mean of sources: {mb:.1%} -> {ma:.1%}; {within} of {len(b)} sources within 5% after")
+    print(f"    mean of {unit}: {mb:.1%} -> {ma:.1%}; {within} of {len(b)} {unit} within 5% after")
     return {"sources": b, "mean_before": mb, "mean_after": ma, "sources_within_5pct": within}
 
 

@@ -104,7 +104,8 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     else:
         case_obj = case_from_dict(dict(case))
     if calibration is not None:
-        from .calibrate import apply_case, as_constants
+        from .calibrate import apply_case, as_constants, check_scope
+        check_scope(calibration, case_obj.cluster.gpu.name, case_obj.framework.name)
         case_obj = apply_case(case_obj, as_constants(calibration))
     from search_spaces.frameworks import structural_errors   # the same rules the planner enforces
     preferences = structural_errors(case_obj)
@@ -252,8 +253,9 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     profile = load_profile(framework)
     if calibration is not None:
         from dataclasses import replace
-        from .calibrate import apply_cluster, as_constants, framework_overrides
+        from .calibrate import apply_cluster, as_constants, check_scope, framework_overrides
         consts = as_constants(calibration)
+        check_scope(calibration, c.gpu.name, profile.cost_profile)
         c = apply_cluster(c, consts)
         overrides = framework_overrides(consts)
         if overrides:

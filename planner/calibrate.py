@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,7 @@ def load_calibration(path) -> dict:
     if data.get("version", 1) != 1 or isinstance(data.get("version"), bool):
         raise SpecError(f"calibration file '{path}': version {str(data.get('version'))[:20]!r} is not one this "
                         "planner reads (1); write it again with `planner calibrate`")
+    scope_of_file(data, path)
     out = {}
     for k, v in data["constants"].items():
         spec = next((c for c in CONSTANTS if c.name == k), None)
@@ -64,6 +65,49 @@ def load_calibration(path) -> dict:
             raise SpecError(f"calibration file '{path}': unknown constant {k!r} (known: {', '.join(NAMES)})")
         out[k] = parse_number(v, what=f"calibration file '{path}': {k}", low=spec.low, high=spec.high)
     return out
+
+
+def scope_of_file(data: dict, path) -> dict:
+    """A calib.yaml's `made_on` (the GPU and framework of the runs it was fitted to); {} for files
+    written before it was recorded."""
+    made = data.get("made_on", {})
+    if not isinstance(made, dict) or set(made) - {"gpu", "framework"} or \
+            not all(isinstance(v, str) and v and len(v) <= 200 for v in made.values()):
+        raise SpecError(f"calibration file '{path}': 'made_on' must map gpu and framework to names "
+                        "(write it again with `planner calibrate`)")
+    return made
+
+
+def scope(calibration) -> dict:
+    """The GPU and framework a calibration was made on ({} where not recorded, as for a mapping)."""
+    if isinstance(calibration, (str, Path)):
+        return scope_of_file(catalog.read_yaml_file(calibration, "calibration"), calibration)
+    if isinstance(calibration, Calibration):
+        return dict(calibration.made_on)
+    return {}
+
+
+def check_scope(calibration, gpu: str, framework: str) -> None:
+    """A calibration describes one cluster (its GPU's efficiencies, its host's speed) and one framework
+    (its per-step overhead): applying it to another is refused with one line."""
+    made = scope(calibration)
+    theirs = {"gpu": gpu, "framework": framework}
+    wrong = [k for k in ("gpu", "framework") if made.get(k) and made[k] != theirs[k]]
+    if wrong:
+        where = f"'{shown_path(str(calibration))}'" if isinstance(calibration, (str, Path)) else "the calibration"
+        raise SpecError(f"{where} was made on runs of {made.get('gpu', '?')} with {made.get('framework', '?')}; "
+                        f"this is {gpu} with {framework}: calibrate on runs of this GPU and framework, or leave "
+                        "out --calibration")
+
+
+def made_on(runs) -> dict:
+    """The one GPU and framework of the runs; runs of several are refused (one calibration, one cluster)."""
+    for what, names in (("GPU", sorted({r.case.cluster.gpu.name for r in runs})),
+                        ("framework", sorted({r.case.framework.name for r in runs}))):
+        if len(names) > 1:
+            raise SpecError(f"the runs are on {len(names)} {what}s ({', '.join(names)}): a calibration "
+                            f"describes one cluster and framework; calibrate each {what} on its own runs")
+    return {"gpu": runs[0].case.cluster.gpu.name, "framework": runs[0].case.framework.name}
 
 
 def as_constants(calibration) -> dict:
@@ -369,10 +413,12 @@ class Calibration:
     after: list
     refitted: tuple = NAMES  # the constants the runs could see (`identifiable`); the rest kept
     run_sigma: float = RUN_SIGMA
+    made_on: dict = field(default_factory=dict)   # the runs' GPU and framework (`check_scope`)
 
     def to_dict(self) -> dict:
         return {
             "version": 1,
+            "made_on": dict(self.made_on),
             "constants": {k: float(f"{v:.6g}") for k, v in self.constants.items()},
             "provenance": {
                 "method": "posterior mode: least squares on log step time, each run's error over "
@@ -437,12 +483,13 @@ def identifiable(runs: list[Run], prior: dict, fixed: tuple = ()) -> tuple:
 def fit(runs: list[Run], fixed: tuple = (), run_sigma: float = RUN_SIGMA) -> Calibration:
     """Refit the identifiable CONSTANTS (`identifiable`; never those named in `fixed`) to the runs'
     measured step times."""
+    where = made_on(runs)
     prior = current_constants(runs[0].case)
     free_names = identifiable(runs, prior, fixed)
     free = [c for c in CONSTANTS if c.name in free_names]
     if not free:
         before = list(predict(runs, prior) / np.array([r.measured_step_s for r in runs]) - 1.0)
-        return Calibration(dict(prior), prior, list(runs), before, list(before), (), run_sigma)
+        return Calibration(dict(prior), prior, list(runs), before, list(before), (), run_sigma, where)
     measured = np.array([r.measured_step_s for r in runs])
     lo = np.log([c.low for c in free])
     hi = np.log([c.high for c in free])
@@ -483,7 +530,7 @@ def fit(runs: list[Run], fixed: tuple = (), run_sigma: float = RUN_SIGMA) -> Cal
     final = {k: v for k, v in consts(x).items()}
     before = list(predict(runs, prior) / measured - 1.0)
     after = list(predict(runs, final) / measured - 1.0)
-    return Calibration(final, prior, list(runs), before, after, tuple(free_names), run_sigma)
+    return Calibration(final, prior, list(runs), before, after, tuple(free_names), run_sigma, where)
 
 
 def calibrate(inputs, plan=None, out=None, fixed: tuple = (), force: bool = False) -> Calibration:

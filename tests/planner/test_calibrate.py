@@ -285,3 +285,42 @@ def test_a_calibration_of_another_version_is_refused(tmp_path):
     bad.write_text("version: 2\nconstants: {compute_scale: 1.0}\n")
     example = Path(__file__).resolve().parents[2] / "examples" / "llama2-7b-h100.yaml"
     _one_error(CliRunner().invoke(main, ["estimate", str(example), "--calibration", str(bad)]), "version '2'")
+
+
+def test_a_calibration_is_for_the_gpu_and_framework_it_was_made_on(probe_dir, tmp_path):
+    """A calibration refits the GPU's compute efficiency, the host's speed and the framework's per-step
+    overhead. Made on H100 logs it was silently applied to an A100 plan (and to another framework), and
+    runs of several GPUs were fitted to one compute scale."""
+    calib = tmp_path / "calib.yaml"
+    logs = [str(probe_dir / "probe" / f"{r}.log") for r in (1, 2)]
+    r = CliRunner().invoke(main, ["calibrate", *logs, "--out", str(calib)])
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load(calib.read_text())["made_on"] == {"gpu": "H100-SXM", "framework": "megatron-deepspeed"}
+    # the same GPU and framework: applied (the other test checks what it does)
+    ok = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                   "--global-batch", "32", "--json", "-q", "--calibration", str(calib)])
+    assert ok.exit_code == 0, ok.output
+    # another GPU, another framework: one line, exit 2
+    for args in (["--cluster", "A100-80GB"], ["--cluster", "H100-SXM", "--framework", "megatron-lm"]):
+        r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", *args, "--gpus", "8", "--global-batch", "32",
+                                      "-q", "--calibration", str(calib)])
+        _one_error(r, "was made on runs of H100-SXM with megatron-deepspeed; this is", "calibrate on runs of this")
+    with pytest.raises(Exception, match="made on runs of H100-SXM"):
+        planner.estimate(model="gpt-1.7b", cluster={"gpu": "A100-80GB", "num_gpus": 8}, parallel={"tp": 1},
+                         calibration=planner.calibrate(logs))
+    # a mapping of constants carries no scope and is taken as given
+    assert planner.estimate(model="gpt-1.7b", cluster={"gpu": "A100-80GB", "num_gpus": 8}, parallel={"tp": 1},
+                            calibration={"compute_scale": 0.9}).estimate
+    # runs of two GPUs in one calibration: refused
+    runs = []
+    for gpu in ("H100-SXM", "A100-80GB"):
+        case = case_from_dict({"model": "gpt-1.7b", "cluster": {"gpu": gpu, "num_gpus": 8, "gpus_per_node": 8},
+                               "parallel": {"tp": 1, "global_batch": 32}})
+        runs.append(Run(gpu, "test", case, 1.0))
+    with pytest.raises(Exception, match="2 GPUs .*A100-80GB, H100-SXM.*calibrate each GPU on its own runs"):
+        fit(runs)
+    # a hand-edited scope is checked like the rest of the file
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("made_on: {gpu: [1]}\nconstants: {compute_scale: 1.0}\n")
+    _one_error(CliRunner().invoke(main, ["estimate", str(probe_dir / "plan.json"), "--calibration", str(bad)]),
+               "'made_on' must map gpu and framework to names")
