@@ -644,6 +644,7 @@ def framework_from_dict(d: dict) -> Framework:
             zero0_step_copy_bytes={str(k): _framework_number(v, f"zero0_step_copy_bytes.{k}", what)
                                    for k, v in _mapping(d, "zero0_step_copy_bytes", what).items()},
             fsdp_pp_unsharded=_fw_flag(d, "fsdp_pp_unsharded", what, False),
+            cpu_offloading=_fw_flag(d, "cpu_offloading", what, False),
             zero3_recompute_gathers=n("zero3_recompute_gathers", 1.0),
             zero3_gathers_per_layer=n("zero3_gathers_per_layer", 1.0),
             zero3_reduce_bucket_params=_bucket(n("zero3_reduce_bucket_params", 0.0), what),
@@ -688,7 +689,7 @@ FRAMEWORK_KEYS = frozenset({
     "zero3_reduce_tensors_per_layer", "zero3_rank_loop", "zero3_live_params", "grad_buffer_follows_comm",
     "saved_activation_factor", "fp8_saved_input_bytes", "iteration_overhead", "microbatch_overhead",
     "host_overhead", "elementwise_traffic", "grad_accumulation_bytes", "state_bytes", "state_bytes_zero0",
-    "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "allocator_fragmentation",
+    "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "cpu_offloading", "allocator_fragmentation",
     "cuda_context", "comm_buffers", "logits_bytes_per_element"})
 
 

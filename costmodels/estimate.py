@@ -14,8 +14,9 @@ from .vec import asv
 
 from .flops import model_flop_per_token, recompute_flop_per_token
 from .layout_memory import HostMemory, Memory, host_checkpoint_bytes, host_memory, stage_memory
-from .layout_time import (checkpoint_offload_time, comm_volumes, dp_overlap, microbatch_bodies, param_offload_time,
-                          pipeline_send_time, step_time, zero2_communication, zero3_communication)
+from .layout_time import (activation_offload_time, checkpoint_offload_time, comm_volumes, dp_overlap,
+                          microbatch_bodies, param_offload_time, pipeline_send_time, step_time,
+                          zero2_communication, zero3_communication)
 from .stages import Knobs, Stages, read_knobs, recomputed_layers, stage_layers, stage_params
 from .types import (LAYOUT_FIELDS, ClusterSpec, Estimate, Framework, Layout, LayoutBatch, MemoryBreakdown,
                     ModelSpec, TimeBreakdown)
@@ -99,12 +100,13 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
                      "zero_comm": zero3.per_microbatch,
                      "dp_comm": zero2_communication(c, k, sp, vol, overlap),
                      "offload": (param_offload_time(c, fw, k, sp, vol, mb_compute)
-                                 + checkpoint_offload_time(m, c, k, stages))}
+                                 + checkpoint_offload_time(m, c, k, stages)
+                                 + activation_offload_time(m, c, fw, k, bodies.layer, stages))}
     time = step_time(c, fw, k, bodies, per_mb_shared, zero3, sp, vol, overlap)
     step = sum(time.values())
     # ---- memory of the first and the last stage; report the larger ---------------------------
     mem = stage_memory(m, fw, k, stages, sp, zero3.keep_unsharded, rows=step)
-    host = host_memory(c, k, sp, host_checkpoint_bytes(m, k, stages))
+    host = host_memory(c, k, sp, host_checkpoint_bytes(m, fw, k, stages))
     return _output_columns(m, c, k, stages, time, step, mem, host)
 
 

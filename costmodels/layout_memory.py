@@ -36,14 +36,25 @@ def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
     # With the checkpoints offloaded, DeepSpeed's PipelineEngine still keeps each in-flight micro-batch's
     # received input and its output in pipe_buffers on the GPU (pipe/engine.py:713-716, 760).
     pipe = where(off & (pp > 1), 2.0 * ckpt, 0.0)
-    return act_first + inflight_first * pipe, act_mid + inflight_mid * pipe, act_last + inflight_last * pipe
+    # Megatron-Core's activation offload (pp 1, no recompute): the offloaded layers' saved tensors are
+    # on the host by the end of forward, when the rest peak (each is freed once its copy, made while
+    # the next layer computes, is done: Transformer Engine cpu_offload, offload_group of the previous layer).
+    per_layer = stored + core_act
+    return tuple(act + n * pipe - memory.cpu_offloaded_layers(k.cpu_offload_layers, layers) * n * per_layer
+                 for act, n, layers in ((act_first, inflight_first, stages.first), (act_mid, inflight_mid, stages.mid),
+                                        (act_last, inflight_last, stages.last)))
 
 
-def host_checkpoint_bytes(m: ModelSpec, k: Knobs, stages: Stages):
-    """Host bytes per GPU of offloaded activation checkpoints, on the stage that holds the most."""
+def host_checkpoint_bytes(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
+    """Host bytes per GPU of offloaded activation checkpoints (DeepSpeed) or of offloaded layers' saved
+    activations (Megatron-Core), on the stage that holds the most."""
     ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
+    stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
+                                                     fw.fp8_saved_input_bytes)
+    per_layer = (stored + core_act) * fw.saved_activation_factor
     inflight = [memory.inflight_microbatches(k.pp, k.vpp, k.n_micro, s) for s in (0, 1, k.pp - 1)]
     per_stage = [memory.offloaded_checkpoint_bytes(ckpt, layers, n, k.ckpt_offload)
+                 + n * memory.cpu_offloaded_layers(k.cpu_offload_layers, layers) * per_layer
                  for layers, n in zip((stages.first, stages.mid, stages.last), inflight)]
     return maximum(per_stage[0], maximum(per_stage[1], per_stage[2]))
 

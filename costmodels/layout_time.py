@@ -306,6 +306,21 @@ def checkpoint_offload_time(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stag
     return where(k.ckpt_offload, 2.0 * layers * ckpt / c.pcie_bytes_per_s, 0.0)
 
 
+def activation_offload_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs, lt: LayerTimes,
+                            stages: Stages):
+    """Seconds per micro-batch of Megatron-Core's activation offload (--cpu-offloading-num-layers N,
+    pp 1): Transformer Engine's cpu_offload copies each offloaded layer's saved tensors to the host
+    on a side stream while the next layer's forward runs, and brings them back one layer ahead of
+    the backward (its prefetch), so per layer and direction only what the copy takes beyond that
+    layer's compute shows."""
+    stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
+                                                     fw.fp8_saved_input_bytes)
+    copy = (stored + core_act) * fw.saved_activation_factor / c.pcie_bytes_per_s
+    n = memory.cpu_offloaded_layers(k.cpu_offload_layers, maximum(stages.first, maximum(stages.mid, stages.last)))
+    fwd, bwd = lt.fwd_gpu + lt.fwd_tp, lt.bwd_gpu + lt.bwd_tp
+    return n * (maximum(copy - fwd, 0.0) + maximum(copy - bwd, 0.0))
+
+
 # ---- the pipeline over the stages, and once per step --------------------------------------------
 
 def stage_microbatch_times(bodies: Bodies, shared: dict, pp):

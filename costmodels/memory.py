@@ -173,6 +173,12 @@ def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_la
     return where(recompute == RC_FULL, full_total, where(recompute == RC_SELECTIVE, selective_total, none_total))
 
 
+def cpu_offloaded_layers(cpu_offload_layers, layers):
+    """Layers of a stage of `layers` whose saved activations wait in host memory under Megatron-Core's
+    --cpu-offloading-num-layers N (it requires N < the model's layers, so one stays at least)."""
+    return where(cpu_offload_layers > 0, minimum(cpu_offload_layers, maximum(layers - 1.0, 0.0)), 0.0)
+
+
 def offloaded_checkpoint_bytes(ckpt, layers, inflight, ckpt_offload):
     """Host bytes of one GPU's offloaded checkpoints: one per layer of each micro-batch in flight."""
     return where(ckpt_offload, inflight * layers * ckpt, 0.0)

@@ -41,6 +41,7 @@ class Knobs:
     offload_optimizer: object
     offload_params: object
     ckpt_offload: object            # full recompute's layer checkpoints go to host memory
+    cpu_offload_layers: object      # Megatron-Core activation offload: layers whose saved activations go to host
     n_micro: object                 # micro-batches per step
     tokens: object                  # tokens of one micro-batch on one GPU
     shard: object                   # ZeRO / distributed-optimizer shard group
@@ -60,6 +61,7 @@ def read_knobs(lb) -> Knobs:
                  grad_comm=lb.grad_comm, offload_optimizer=lb.offload_optimizer, offload_params=lb.offload_params,
                  ckpt_offload=((lb.offload_activations != OFF_NONE) & (lb.recompute == RC_FULL)
                                & (lb.recompute_layers == 0)),
+                 cpu_offload_layers=asf(lb.cpu_offload_layers),
                  n_micro=gbs / (mbs * dp),
                  tokens=mbs * seq / cp,
                  shard=dp * cp,

@@ -302,6 +302,7 @@ class Framework:
     zero0_step_copy_bytes: Mapping[str, float] = field(default_factory=dict)
     zero3_recompute_gathers: float = 1.0   # extra ZeRO-3 gathers of a layer for its recompute forward
     fsdp_pp_unsharded: bool = False    # FSDP with PP: stage weights stay gathered, fp32 grads accumulate unsharded
+    cpu_offloading: bool = False       # has Megatron-Core's layer activation offload (Layout.cpu_offload_layers)
     zero3_gathers_per_layer: float = 1.0   # ZeRO-3 / FSDP all-gather calls per layer and pass (fetch granularity)
     zero3_reduce_bucket_params: float = 0.0   # ZeRO-3 gradient reduce-scatter bucket; 0: one call per gather unit
     # Work each ZeRO-3 call does per data-parallel rank (DeepSpeed v0.3.13; catalog megatron-lm.yaml):
@@ -344,6 +345,7 @@ class Layout:
     recompute_layers: int = 0          # full recompute: layers per stage recomputed; 0 = all
     first_stage_layers: int = 0        # uneven pipeline (Megatron-Core): layers on the first stage; 0 = even
     last_stage_layers: int = 0         # ... and on the last stage; 0 = even
+    cpu_offload_layers: int = 0        # Megatron-Core --cpu-offloading-num-layers: these layers' saved activations wait in host memory; 0 = off
     sequence_parallel: bool = False
     tp_comm_overlap: bool = False      # Megatron-Core --tp-comm-overlap (TE userbuffers); needs sequence parallelism
     flash_attention: bool = True
@@ -361,11 +363,12 @@ class Layout:
                 raise SpecError(f"layout: {name} = {value} is beyond any real layout (max 10^9)")
         if self.zero not in ZeroStage._CODES.values():
             raise SpecError(f"layout: zero stage must be 0, 1, 2 or 3, got {self.zero!r}")
-        for name in ("first_stage_layers", "last_stage_layers", "recompute_layers"):
+        zero_means = {"recompute_layers": "all layers", "cpu_offload_layers": "off"}
+        for name in ("first_stage_layers", "last_stage_layers", "recompute_layers", "cpu_offload_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= 10**9:
                 raise SpecError(f"layout: {name} must be a whole number from 0 to 10^9 (0 = "
-                                f"{'all layers' if name == 'recompute_layers' else 'even split'}), got {value!r}")
+                                f"{zero_means.get(name, 'even split')}), got {value!r}")
         if self.offload_activations is Offload.NVME:
             raise SpecError("layout: activation checkpoints go to host memory only (DeepSpeed --checkpoint-in-cpu); "
                             "use offload_activations: cpu")

@@ -124,14 +124,22 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
 
 def uneven_warnings(case) -> tuple:
     """Megatron-DeepSpeed splits layers evenly (DeepSpeed PipelineModule, partition_method
-    'type:transformer'); an uneven split is estimated but cannot be emitted for it."""
+    'type:transformer'); an uneven split is estimated but cannot be emitted for it. Likewise
+    Megatron-Core's activation offload in a framework that has none."""
+    out = ()
     if case.layout.first_stage_layers and case.framework.name == "megatron-deepspeed":
-        return (PlanWarning("framework_rule", "megatron-deepspeed cannot set per-stage layer counts "
+        out += (PlanWarning("framework_rule", "megatron-deepspeed cannot set per-stage layer counts "
                             "(its PipelineModule balances transformer layers); the uneven split is "
                             "estimated as Megatron-Core would run it",
                             "use first_stage_layers: 0 and last_stage_layers: 0 for Megatron-DeepSpeed, "
                             "or --framework megatron-core"),)
-    return ()
+    if case.layout.cpu_offload_layers and not case.framework.cpu_offloading:
+        out += (PlanWarning("framework_rule", f"{case.framework.name} has no layer activation offload "
+                            "(Megatron-Core's --cpu-offloading-num-layers); it is estimated as Megatron-Core "
+                            "would run it",
+                            "use cpu_offload_layers: 0 (DeepSpeed offloads full recompute's checkpoints: "
+                            "offload_activations: cpu), or --framework megatron-core"),)
+    return out
 
 
 def rule_warnings(case) -> tuple:

@@ -224,6 +224,7 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
             recompute_layers=_int(section, "recompute_layers", what, CASE_DEFAULTS["recompute_layers"]),
             first_stage_layers=_int(section, "first_stage_layers", what, CASE_DEFAULTS["first_stage_layers"]),
             last_stage_layers=_int(section, "last_stage_layers", what, CASE_DEFAULTS["last_stage_layers"]),
+            cpu_offload_layers=_int(section, "cpu_offload_layers", what, CASE_DEFAULTS["cpu_offload_layers"]),
             sequence_parallel=_bool(section, "sequence_parallel", what, CASE_DEFAULTS["sequence_parallel"]),
             tp_comm_overlap=_bool(section, "tp_comm_overlap", what, CASE_DEFAULTS["tp_comm_overlap"]),
             flash_attention=bool(flash),

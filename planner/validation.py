@@ -147,7 +147,7 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
         cluster["nvlink_bandwidth"] = rules["nvlink"]
     parallel = {k: p[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch")}
     parallel["vpp"] = p.get("vpp") or rules["vpp"]
-    for key in ("first_stage_layers", "last_stage_layers"):
+    for key in ("first_stage_layers", "last_stage_layers", "cpu_offload_layers"):
         if p.get(key):
             parallel[key] = int(p[key])
     for key in ("offload_optimizer", "offload_params", "offload_activations"):

@@ -26,7 +26,7 @@ import numpy as np
 
 from costmodels import catalog
 from costmodels.errors import UnknownPresetError
-from costmodels.types import Framework, Precision, GradComm, Offload, Sparsity
+from costmodels.types import Framework, Precision, GradComm, Offload, Recompute, Sparsity
 
 from .constraints import FP8, SELECTIVE, STRUCTURAL, Rule, _implies
 from .knobs import BY_NAME
@@ -303,6 +303,27 @@ def uneven_pipeline_error(model, layout) -> str | None:
     return None
 
 
+def cpu_offload_error(model, layout) -> str | None:
+    """Megatron-Core's activation offload (--cpu-offloading-num-layers N) as Megatron-Core accepts it
+    (Megatron-LM d98e8a64dd megatron/core/transformer/transformer_config.py:1884-1900): N below the
+    model's layers, no pipeline parallelism, no activation recomputation; and not together with
+    DeepSpeed's checkpoint offload. None when it holds."""
+    n = layout.cpu_offload_layers
+    if not n:
+        return None
+    if n >= model.num_layers:
+        return (f"cpu_offload_layers {n} must be below the model's {model.num_layers} layers "
+                "(Megatron-Core offloads fewer layers than the model has)")
+    if layout.pp > 1:
+        return "cpu_offload_layers needs pp = 1 (Megatron-Core has no activation offload with pipeline parallelism)"
+    if layout.recompute is not Recompute.NONE:
+        return ("cpu_offload_layers needs recompute none (Megatron-Core's activation offload does not work "
+                "with activation recomputation); DeepSpeed's checkpoint offload is offload_activations: cpu")
+    if layout.offload_activations is not Offload.NONE:
+        return "cpu_offload_layers and offload_activations are two kinds of activation offload: use one"
+    return None
+
+
 def framework_violations(model, cluster, layout, profile: RulesProfile) -> list[tuple[Rule, str, str]]:
     """The profile's own rules (not the structural ones) that a layout breaks: (rule, message, fix)."""
     from .constraints import Ctx
@@ -327,7 +348,7 @@ def structural_errors(case) -> list[str]:
     from costmodels.errors import SpecError
     from .constraints import Ctx
 
-    problem = uneven_pipeline_error(case.model, case.layout)
+    problem = uneven_pipeline_error(case.model, case.layout) or cpu_offload_error(case.model, case.layout)
     if problem:
         raise SpecError(f"layout: {problem}")
     check_layout(case.model, case.cluster, case.layout, skip=SEARCH_PREFERENCES)

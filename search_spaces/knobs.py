@@ -97,6 +97,9 @@ TABLE: tuple[Knob, ...] = (
          minimum=0, doc="uneven pipeline (Megatron-Core): layers on the first stage (0 = even)"),
     Knob("last_stage_layers", INT, None, "last_stage_layers", default=0, searched=False,
          minimum=0, doc="uneven pipeline (Megatron-Core): layers on the last stage (0 = even)"),
+    Knob("cpu_offload_layers", INT, None, "cpu_offload_layers", default=0, searched=False, minimum=0,
+         doc="Megatron-Core activation offload (--cpu-offloading-num-layers): layers whose saved "
+             "activations wait in host memory; pp 1, no recompute (0 = off)"),
     Knob("sequence_parallel", BOOL, "--sequence-parallel", "sequence_parallel", default=False,
          help="true,false", doc="Megatron sequence parallelism (--sequence-parallel)", explain=8),
     Knob("tp_comm_overlap", BOOL, "--tp-comm-overlap", "tp_comm_overlap", default=False, help="true,false",

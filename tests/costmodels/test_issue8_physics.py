@@ -545,3 +545,89 @@ def test_zero3_first_gather_is_counted_once(monkeypatch, overlap, compute, expec
     out = LT.zero3_communication(catalog.load_cluster("H100-SXM", num_gpus=8), fw, k, stages,
                                  NS(per_gpu=1e9), NS(gathers=2.0, weight_bytes=2.0, grad_bytes=2.0), compute)
     assert float(out.per_microbatch) == pytest.approx(expected)
+
+
+def test_megatron_core_activation_offload_is_expressible_and_modelled():
+    """Item 6 (layouts people really ran): the Megatron-Bridge GB200 FSDP recipes offload the saved
+    activations of N layers to host memory (--cpu-offloading-num-layers; Llama 3 70B fp8: 40 of 80,
+    Megatron-Bridge v0.2.0 workload_base_configs.py:73-78). Before, no layout could say so: the run was
+    priced with every layer's activations on the GPU (271 GiB of 173). Now N layers' saved tensors
+    leave the GPU and wait in host memory, and only what each layer's copy takes beyond that layer's
+    compute shows in the step (Transformer Engine copies on a side stream)."""
+    from costmodels.estimate import estimate, estimate_batch
+    from costmodels.layout_memory import stage_activations
+    from costmodels.memory import layer_activation_bytes
+    from costmodels.stages import read_knobs, stage_layers
+    from costmodels.types import Layout, LayoutBatch, Precision
+
+    model = catalog.load_model("llama3.1-70b")
+    gb200 = catalog.load_cluster("GB200", num_gpus=64)
+    core = catalog.load_framework("megatron-core")
+    base = Layout(tp=1, pp=1, dp=64, mbs=2, gbs=256, seq_len=8192, zero=3, precision=Precision.FP8)
+    off = replace(base, cpu_offload_layers=40)
+    e0, e1 = estimate(model, gb200, core, base), estimate(model, gb200, core, off)
+    stored, act_core = layer_activation_bytes(model, 2 * 8192, 8192, 1, False, True, Precision.FP8.code,
+                                              core.fp8_saved_input_bytes)
+    per_layer = float(stored + act_core) * core.saved_activation_factor
+    assert e0.memory.activations - e1.memory.activations == pytest.approx(40 * per_layer, rel=1e-6)
+    batch = estimate_batch(model, gb200, core, LayoutBatch.from_layouts([base, off]))
+    assert [float(x) for x in batch.columns["host_bytes_per_node"]] == [
+        0.0, pytest.approx(gb200.gpus_per_node * 40 * per_layer, rel=1e-6)]
+    # GB200's host link is NVLink-C2C (225 GB/s each way per GPU): the copies hide behind the layers
+    assert e1.time.offload < 0.02 * e1.time.step
+    # over a 32 GB/s link each copy outlasts its layer's forward and backward, and that much shows
+    from costmodels.layout_time import layer_times
+    slow = replace(gb200, pcie_bytes_per_s=32e9)
+    k = read_knobs(LayoutBatch.from_layouts([off]))
+    lt = layer_times(model, slow, core, k)
+    copy = per_layer / 32e9
+    fwd, bwd = float(lt.fwd_gpu[0] + lt.fwd_tp[0]), float(lt.bwd_gpu[0] + lt.bwd_tp[0])
+    assert copy > bwd > fwd
+    n_micro = 256 // (2 * 64)
+    assert estimate(model, slow, core, off).time.offload == pytest.approx(
+        n_micro * 40 * ((copy - fwd) + (copy - bwd)), rel=1e-6)
+    assert float(stage_activations(model, core, k, stage_layers(model, k))[0][0]) == pytest.approx(
+        e1.memory.activations, rel=1e-6)
+    # the held-out run itself: its step time, which no fit saw
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from heldout import load_heldout
+    from planner.validation import evaluate
+    rec = next(r for r in load_heldout() if r.id == "mbridge-2511-gb200-fp8cs-llama3-70b-64gpu-fsdp")
+    assert rec.case["parallel"]["cpu_offload_layers"] == 40
+    assert abs(evaluate([rec])[0].step_error) < 0.05
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"pp": 2, "dp": 32}, "needs pp = 1"),
+    ({"recompute": "full"}, "needs recompute none"),
+    ({"cpu_offload_layers": 80}, "below the model's 80 layers"),
+    ({"offload_activations": "cpu", "recompute": "full"}, "needs recompute none"),
+])
+def test_activation_offload_outside_megatron_cores_limits_is_one_error(change, words, tmp_path):
+    """Megatron-Core refuses these (transformer_config.py:1884-1900); so does the planner, in one line."""
+    import yaml
+    from click.testing import CliRunner
+    from planner.cli import main
+    parallel = {"tp": 1, "pp": 1, "dp": 64, "micro_batch": 1, "global_batch": 256, "zero_stage": 3,
+                "cpu_offload_layers": 40, **change}
+    case = tmp_path / "case.yaml"
+    case.write_text(yaml.safe_dump({"model": "llama3.1-70b", "cluster": {"gpu": "GB200", "num_gpus": 64},
+                                    "framework": "megatron-core", "parallel": parallel}))
+    r = CliRunner().invoke(main, ["estimate", str(case)])
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and words in lines[0], r.output
+
+
+def test_activation_offload_in_a_framework_without_it_is_a_warning():
+    res = planner.estimate(model="llama3.1-70b", cluster={"gpu": "H100-SXM", "num_gpus": 64},
+                           parallel={"tp": 1, "pp": 1, "dp": 64, "micro_batch": 1, "global_batch": 256,
+                                     "zero_stage": 3, "cpu_offload_layers": 20})
+    assert any("no layer activation offload" in w.message for w in res.warnings)
+    core = planner.estimate(model="llama3.1-70b", cluster={"gpu": "H100-SXM", "num_gpus": 64},
+                            framework="megatron-core",
+                            parallel={"tp": 1, "pp": 1, "dp": 64, "micro_batch": 1, "global_batch": 256,
+                                      "zero_stage": 3, "cpu_offload_layers": 20})
+    assert not any("no layer activation offload" in w.message for w in core.warnings)
