@@ -309,16 +309,20 @@ def checkpoint_offload_time(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stag
 def activation_offload_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs, lt: LayerTimes,
                             stages: Stages):
     """Seconds per micro-batch of Megatron-Core's activation offload (--cpu-offloading-num-layers N,
-    pp 1): Transformer Engine's cpu_offload copies each offloaded layer's saved tensors to the host
-    on a side stream while the next layer's forward runs, and brings them back one layer ahead of
-    the backward (its prefetch), so per layer and direction only what the copy takes beyond that
-    layer's compute shows."""
+    pp 1, L layers). Transformer Engine's cpu_offload (its default synchronisation,
+    OffloadSynchronizer._default_offload_sync_init) offloads layers 0..N-1 on a side stream: layer
+    i's copy must be done when the forward of layer L-N+i starts, and its reload starts at the
+    backward of layer L-1-N+i. The copies run one after another, each taking x, so forward waits
+    only for what the N copies take beyond L-1 layers' forward (N x - (L-1) f) and backward for what
+    the N reloads take beyond L-2 layers' backward (N x - (L-2) b)."""
     stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
                                                      fw.fp8_saved_input_bytes)
     copy = (stored + core_act) * fw.saved_activation_factor / c.pcie_bytes_per_s
-    n = memory.cpu_offloaded_layers(k.cpu_offload_layers, maximum(stages.first, maximum(stages.mid, stages.last)))
+    layers = maximum(stages.first, maximum(stages.mid, stages.last))
+    n = memory.cpu_offloaded_layers(k.cpu_offload_layers, layers)
     fwd, bwd = lt.fwd_gpu + lt.fwd_tp, lt.bwd_gpu + lt.bwd_tp
-    return n * (maximum(copy - fwd, 0.0) + maximum(copy - bwd, 0.0))
+    return where(n > 0, maximum(n * copy - (layers - 1.0) * fwd, 0.0)
+                 + maximum(n * copy - (layers - 2.0) * bwd, 0.0), 0.0)
 
 
 # ---- the pipeline over the stages, and once per step --------------------------------------------

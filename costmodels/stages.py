@@ -12,7 +12,7 @@ from .vec import asf, ceil, maximum, minimum, where
 
 from . import memory, params
 from .types import ModelSpec
-from .types import OFF_NONE, RC_FULL, ZERO1  # named codes
+from .types import OFF_NONE, RC_FULL, RC_NONE, ZERO1  # named codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,10 @@ def read_knobs(lb) -> Knobs:
                  grad_comm=lb.grad_comm, offload_optimizer=lb.offload_optimizer, offload_params=lb.offload_params,
                  ckpt_offload=((lb.offload_activations != OFF_NONE) & (lb.recompute == RC_FULL)
                                & (lb.recompute_layers == 0)),
-                 cpu_offload_layers=asf(lb.cpu_offload_layers),
+                 # Megatron-Core's activation offload exists with pp 1 and no recompute only
+                 # (search_spaces.frameworks.cpu_offload_error); elsewhere it does nothing
+                 cpu_offload_layers=where((asf(lb.pp) == 1) & (lb.recompute == RC_NONE)
+                                          & (lb.offload_activations == OFF_NONE), asf(lb.cpu_offload_layers), 0.0),
                  n_micro=gbs / (mbs * dp),
                  tokens=mbs * seq / cp,
                  shard=dp * cp,

@@ -105,8 +105,9 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
         case_obj = case_from_dict(dict(case))
     if calibration is not None:
         from .calibrate import apply_case, as_constants, check_scope
+        constants = as_constants(calibration)
         check_scope(calibration, case_obj.cluster.gpu.name, case_obj.framework.name)
-        case_obj = apply_case(case_obj, as_constants(calibration))
+        case_obj = apply_case(case_obj, constants)
     from search_spaces.frameworks import structural_errors   # the same rules the planner enforces
     preferences = structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
@@ -138,7 +139,7 @@ def uneven_warnings(case) -> tuple:
                             "(Megatron-Core's --cpu-offloading-num-layers); it is estimated as Megatron-Core "
                             "would run it",
                             "use cpu_offload_layers: 0 (DeepSpeed offloads full recompute's checkpoints: "
-                            "offload_activations: cpu), or --framework megatron-core"),)
+                            "offload_activations: cpu), or framework: megatron-core in the case file"),)
     return out
 
 
@@ -263,7 +264,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         from dataclasses import replace
         from .calibrate import apply_cluster, as_constants, check_scope, framework_overrides
         consts = as_constants(calibration)
-        check_scope(calibration, c.gpu.name, profile.cost_profile)
+        check_scope(calibration, c.gpu.name, profile.cost_profile, profile.name)
         c = apply_cluster(c, consts)
         overrides = framework_overrides(consts)
         if overrides:

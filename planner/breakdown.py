@@ -44,12 +44,13 @@ def offload_needs(model, cluster, framework, layout) -> dict | None:
     The amounts are the cost model's own (`host_ram_bytes_per_node` and `host_nvme_bytes_per_node` of
     the batch estimator: 16 bytes per offloaded optimizer parameter, 2 per offloaded weight, per GPU,
     times GPUs per node, on NVMe when the optimizer is offloaded to NVMe; offloaded activation
-    checkpoints in host memory). None when nothing is offloaded."""
+    checkpoints, or Megatron-Core's offloaded layer activations, in host memory). None when nothing
+    is offloaded."""
     from costmodels.estimate import estimate_batch
     from costmodels.types import LayoutBatch, Offload
 
     if (layout.offload_optimizer is Offload.NONE and layout.offload_params is Offload.NONE
-            and layout.offload_activations is Offload.NONE):
+            and layout.offload_activations is Offload.NONE and not layout.cpu_offload_layers):
         return None
     batch = estimate_batch(model, cluster, framework, LayoutBatch.from_layouts([layout]))
     host_need = float(batch.columns["host_ram_bytes_per_node"][0])

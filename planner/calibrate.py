@@ -70,9 +70,10 @@ def load_calibration(path) -> dict:
 def scope_of_file(data: dict, path) -> dict:
     """A calib.yaml's `made_on` (the GPU and framework of the runs it was fitted to); {} for files
     written before it was recorded."""
-    made = data.get("made_on", {})
+    made = data.get("made_on") or {}
     if not isinstance(made, dict) or set(made) - {"gpu", "framework"} or \
-            not all(isinstance(v, str) and v and len(v) <= 200 for v in made.values()):
+            not all(isinstance(v, str) and v and len(v) <= 200 and v == v.strip() and v.isprintable()
+                    for v in made.values()):
         raise SpecError(f"calibration file '{path}': 'made_on' must map gpu and framework to names "
                         "(write it again with `planner calibrate`)")
     return made
@@ -87,17 +88,23 @@ def scope(calibration) -> dict:
     return {}
 
 
-def check_scope(calibration, gpu: str, framework: str) -> None:
+def check_scope(calibration, gpu: str, framework: str, asked: str | None = None) -> None:
     """A calibration describes one cluster (its GPU's efficiencies, its host's speed) and one framework
-    (its per-step overhead): applying it to another is refused with one line."""
+    cost profile (its per-step overhead): applying it to another is refused with one line. Names
+    compare as the catalog resolves them (aliases, any case); `asked`: the framework the user named,
+    where its cost profile has another name (plan --framework megatron-lm scores with megatron-core)."""
     made = scope(calibration)
     theirs = {"gpu": gpu, "framework": framework}
-    wrong = [k for k in ("gpu", "framework") if made.get(k) and made[k] != theirs[k]]
+    kinds = {"gpu": "gpu", "framework": "framework"}
+    wrong = [k for k in ("gpu", "framework") if made.get(k)
+             and (catalog.canonical_name(kinds[k], made[k]) or made[k]) != theirs[k]]
     if wrong:
         where = f"'{shown_path(str(calibration))}'" if isinstance(calibration, (str, Path)) else "the calibration"
-        raise SpecError(f"{where} was made on runs of {made.get('gpu', '?')} with {made.get('framework', '?')}; "
-                        f"this is {gpu} with {framework}: calibrate on runs of this GPU and framework, or leave "
-                        "out --calibration")
+        scored = framework if not asked or asked == framework else f"{framework} (the cost profile of {asked})"
+        made_text = " with ".join(made[k] for k in ("gpu", "framework") if made.get(k))
+        raise SpecError(f"{where} was made on runs of {made_text}; "
+                        f"this is {gpu} with {scored}: calibrate on runs of this GPU and framework (a runs "
+                        "file's records take `framework:`), or leave out --calibration")
 
 
 def made_on(runs) -> dict:
@@ -331,8 +338,10 @@ USER_RULES = dict(framework="megatron-deepspeed", precision="bf16", flash=True, 
 
 
 def _yaml_runs(p: Path) -> list[Run]:
+    from search_spaces.frameworks import structural_errors
+
     from .specs import case_from_dict
-    from .validation import SOURCES, record_from_published, source_of
+    from .validation import record_from_published
 
     data = catalog.read_yaml_data(p, "runs")
     if not isinstance(data, list):
@@ -348,16 +357,17 @@ def _yaml_runs(p: Path) -> list[Run]:
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not MIN_STEP_S <= step <= MAX_STEP_S:
             raise SpecError(f"{where}: measured.step_time_s must be a number of seconds from {MIN_STEP_S:g} to "
                             f"{MAX_STEP_S:g}, got {str(step)[:40]!r}")
-        for key in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "zero_stage"):
+        for key in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "zero_stage",
+                    "first_stage_layers", "last_stage_layers", "cpu_offload_layers", "recompute_layers"):
             value = rec["parallel"].get(key)
-            low = 0 if key == "zero_stage" else 1
+            low = 1 if key in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch") else 0
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 10**7):
                 raise SpecError(f"{where}: parallel.{key} must be a whole number from {low} to 10^7, "
                                 f"got {str(value)[:40]!r}")
         if "id" in rec and not isinstance(rec["id"], str):
             raise SpecError(f"{where}: id must be a string, got {str(rec['id'])[:40]!r}")
         rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec}
-        rules = None if source_of(str(rec["id"])) in SOURCES else USER_RULES
+        rules = _rules_of(rec, where)
         try:
             r = record_from_published(rec, rules=rules, source=None if rules is None else str(p))
         except KeyError as exc:
@@ -367,8 +377,31 @@ def _yaml_runs(p: Path) -> list[Run]:
         if r is None or not r.measured_step_s:
             raise SpecError(f"{where}: no measured step time "
                             "(measured.step_time_s) or a GPU the catalog does not know")
-        out.append(Run(r.id, r.source, case_from_dict(r.case), float(r.measured_step_s)))
+        case = case_from_dict(r.case)
+        try:
+            structural_errors(case)
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        out.append(Run(r.id, r.source, case, float(r.measured_step_s)))
     return out
+
+
+def _rules_of(rec: dict, where: str):
+    """How a runs-file record's unstated knobs are filled: its `framework:` (a cost profile; default
+    megatron-deepspeed, what launch.sh runs) with launch.sh's defaults; a record copied from a
+    published source (an id of that source and its `source:` citation) by that source's rules (None)."""
+    from .validation import SOURCES, source_of
+
+    name = rec.get("framework")
+    if name is None:
+        if "source" in rec and source_of(str(rec["id"])) in SOURCES:
+            return None
+        return USER_RULES
+    known = catalog.canonical_name("framework", name) if isinstance(name, str) else None
+    if known is None:
+        raise SpecError(f"{where}: framework {str(name)[:40]!r} is not a known cost profile "
+                        f"(one of {', '.join(catalog.names('framework'))})")
+    return {**USER_RULES, "framework": known}
 
 
 # ---- the fit ------------------------------------------------------------------------------------

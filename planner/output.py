@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .emit.shell import comment_text as one_line
+from costmodels import bands as B
 from costmodels.units import fmt_bytes, fmt_seconds
 
 from .serialise import best_hidden_comm, best_offload_needs, cost_dict, error_bands
@@ -81,8 +82,9 @@ def plan_text(result) -> str:
     if result.pareto:
         lines += ["", f"Pareto front ({' vs '.join(result.settings.objectives)}): {len(result.pareto)} layouts"]
         for p in result.pareto[:10]:
+            risk = "  OOM risk" if B.oom_risk(p.estimate, B.memory_band(p.estimate)) else ""
             lines.append(f"  {layout_line(p.layout)}  {fmt_seconds(p.estimate.step_time_s)}  "
-                         f"{fmt_bytes(p.estimate.memory.total)}")
+                         f"{fmt_bytes(p.estimate.memory.total)}{risk}")
     return "\n".join(lines)
 
 

@@ -77,7 +77,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, reques
         idx, displaced, safety = safe_first(
             idx, est, cluster.gpu.hbm_bytes,
             lambda j: plan_at(0, j, tuple(float(o[j]) for o in objs), check=False),
-            model, cluster, cost_fw)
+            model, cluster, cost_fw, shown=settings.top_k > 1)
     include = () if displaced is None else (displaced,)
     plans = tuple(plan_at(i + 1, j, tuple(float(o[j]) for o in objs), family=family_label(fams[j]))
                   for i, j in enumerate(alternatives(idx, cols, settings.top_k, include)))

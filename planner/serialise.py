@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from costmodels import bands as B
 from costmodels.params import total_params
 from costmodels.types import Estimate
 from costmodels.units import HOUR
@@ -158,6 +159,9 @@ def add_bands(result, data: dict) -> dict:
     data["estimate"].update(bands_dict(result.model, result.cluster, fw, result.best.layout, result.best.estimate))
     for entry, p in zip(data.get("runner_ups", []), result.runner_ups):
         entry["estimate"].update(bands_dict(result.model, result.cluster, fw, p.layout, p.estimate))
+    for entry, p in zip(data.get("pareto", []), result.pareto):     # memory side only: a front is long
+        mem = B.memory_band(p.estimate)
+        entry["estimate"].update({"peak_memory_band_bytes": mem.as_list(), "oom_risk": B.oom_risk(p.estimate, mem)})
     data["ties"] = annotate(data, result.settings.objectives[0])
     data["ties"]["advantage_from_thin_constants"] = advantage_notes(result, fw)
     for bulk in ("search", "candidates_columns", "candidates"):     # bulk data stays last (reading order)

@@ -6,7 +6,8 @@
   objectives, planner version and how knobs are stored (`study_attrs`): a study made by an older
   planner, which stored knobs as integer codes, is refused with a one-line error.
 * Only the worker that creates a study enqueues the seed layouts (creation is atomic in the
-  storage), so they are enqueued once.
+  storage), so they are enqueued once, and before it records the fingerprint the others wait for,
+  so no worker samples before the seeds are queued.
 * SQLite: every transaction is `BEGIN IMMEDIATE`, so two workers cannot pop the same waiting trial
   (pysqlite starts no transaction on SELECT, which let both run it and the second crash with
   "Cannot tell a COMPLETE trial"); a 60 s busy timeout instead of 5 s.
@@ -202,9 +203,9 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
             continue
         for key, value in {**(attrs or {}), OBJECTIVES_ATTR: list(objectives)}.items():
             study.set_user_attr(key, value)
+        for params in seeds:        # before the fingerprint: a worker that reached its target before
+            study.enqueue_trial(params)     # they were queued left them WAITING for ever
         study.set_user_attr(FINGERPRINT_ATTR, fingerprint)        # last: others wait for it (_check_study)
-        for params in seeds:
-            study.enqueue_trial(params)
         return study, storage, True
     raise SpecError(f"cannot open Optuna study '{name}' in {shown!r}: {_first_line(last, storage_url)}"
                     f"{_storage_hint(last, storage_url)}")
@@ -212,7 +213,7 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
 
 def _check_study(study, name, objectives, fingerprint) -> None:
     attrs = study.user_attrs
-    for _ in range(50):                      # its creator writes the fingerprint right after creating it
+    for _ in range(150):                     # its creator writes the fingerprint after queueing the seeds
         if FINGERPRINT_ATTR in attrs:
             break
         time.sleep(0.1)

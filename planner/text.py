@@ -27,6 +27,9 @@ def layout_line(l: Layout) -> str:
         flags.append(f"params->{l.offload_params.value}")
     if l.offload_activations.value != "none":
         flags.append(f"checkpoints->{l.offload_activations.value}")
+    if l.cpu_offload_layers:
+        per = "layer" if l.cpu_offload_layers == 1 else "layers"
+        flags.append(f"activations of {l.cpu_offload_layers} {per}->cpu")
     per = "layer" if l.recompute_layers == 1 else "layers"
     rc = l.recompute.value + (f" ({l.recompute_layers} {per}/stage)" if l.recompute_layers else "")
     flags += [f"recompute {rc}", l.precision.value]

@@ -26,9 +26,10 @@ import numpy as np
 from costmodels import bands as B
 from costmodels.units import fmt_bytes, fmt_seconds
 
-from .text import TIME_LABELS
+from .text import TIME_LABELS, layout_line
 
 TIE_LABEL = "tie within model error"
+SAFE_CANDIDATES = 20      # layouts without OOM risk tried, best first, for a tie with an OOM-risk best
 
 
 def bands_for(model, cluster, framework, layout, est) -> tuple[B.Band, B.Band]:
@@ -54,31 +55,39 @@ def bands_dict(model, cluster, framework, layout, est) -> dict:
     }
 
 
-def safe_first(idx, est_cols: dict, hbm_bytes: float, plan_of, model, cluster, framework):
+def safe_first(idx, est_cols: dict, hbm_bytes: float, plan_of, model, cluster, framework, shown: bool = True):
     """Rule 1 of the tie-break, applied to the pick (issue 9: an OOM risk is not ranked as safe).
     `idx`: rows in rank order; `est_cols`: their estimate columns; `plan_of(row)`: the row's Plan.
     When the first row is an OOM risk (upper memory band above the GPU's memory) and the best row
     without OOM risk ties with it (step-time bands per token overlap), that row goes first and the
-    displaced one second. Returns (idx, displaced row or None, text for the plan's `why`)."""
+    displaced one second (`shown`: the plan lists runner-ups, so it appears as #2). Returns (idx,
+    displaced row or None, text for the plan's `why`)."""
     if not len(idx):
         return idx, None, ""
     risk = B.oom_risk_rows(np.asarray(est_cols["peak_memory_bytes"])[idx], hbm_bytes)
     if not risk[0] or risk.all():
         return idx, None, ""
-    first, safe = int(idx[0]), int(idx[int(np.argmin(risk))])
-    fast, slow = plan_of(first), plan_of(safe)
-    bands = []
-    for plan in (fast, slow):
+
+    def band_per_token(plan):
         band = B.step_time_band(model, cluster, framework, plan.layout, plan.estimate)
-        tokens = plan.estimate.tokens_per_step
-        bands.append((band.low / tokens, band.high / tokens))
-    (lo_f, hi_f), (lo_s, hi_s) = bands
-    if not (lo_f <= hi_s and lo_s <= hi_f):
+        return band.low / plan.estimate.tokens_per_step, band.high / plan.estimate.tokens_per_step
+
+    first = int(idx[0])
+    fast = plan_of(first)
+    lo_f, hi_f = band_per_token(fast)
+    # bands differ in width, so a slower safe layout may tie where a faster one does not
+    for safe in [int(j) for j in idx[~risk][:SAFE_CANDIDATES]]:
+        slow = plan_of(safe)
+        lo_s, hi_s = band_per_token(slow)
+        if lo_f <= hi_s and lo_s <= hi_f:
+            break
+    else:
         return idx, None, ""
     rest = [int(j) for j in idx if int(j) not in (first, safe)]
     per_token = [p.estimate.step_time_s / p.estimate.tokens_per_step for p in (fast, slow)]
     high = float(np.asarray(est_cols["peak_memory_bytes"])[first]) * B.memory_high_factor()
-    why = (f"picked for memory safety: the layout ranked #2 takes {100 * (1 - per_token[0] / per_token[1]):.1f}% less "
+    which = "the runner-up #2" if shown else f"the layout {layout_line(fast.layout)} (not listed: --top 1)"
+    why = (f"picked for memory safety: {which} takes {100 * (1 - per_token[0] / per_token[1]):.1f}% less "
            f"time per token by the point estimate, but its upper memory band ({fmt_bytes(high)}) exceeds the GPU's "
            f"{fmt_bytes(hbm_bytes)} (OOM risk); this layout ties with it within model error and has no "
            "OOM risk (README 'Error bands', tie-break rule 1)")

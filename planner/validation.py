@@ -124,7 +124,7 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     if measured.get("step_time_s") is None or any(p.get(k) is None for k in ("tp", "pp", "dp")):
         return None
     fw = rules["framework"]
-    if "compile" in rec["id"]:
+    if "compile" in rec["id"] and fw == "torchtitan":
         fw = "torchtitan-compile"            # torchtitan rows measured with torch.compile
     if rules.get("vocab") and m.get("vocab_size") is None:
         m["vocab_size"] = rules["vocab"]

@@ -312,7 +312,8 @@ def cpu_offload_error(model, layout) -> str | None:
     if not n:
         return None
     if n >= model.num_layers:
-        return (f"cpu_offload_layers {n} must be below the model's {model.num_layers} layers "
+        return (f"cpu_offload_layers {n} must be below the model's {model.num_layers} "
+                f"layer{'s' if model.num_layers != 1 else ''} "
                 "(Megatron-Core offloads fewer layers than the model has)")
     if layout.pp > 1:
         return "cpu_offload_layers needs pp = 1 (Megatron-Core has no activation offload with pipeline parallelism)"

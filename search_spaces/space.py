@@ -155,7 +155,10 @@ MAX_KNOB_VALUE = 10**7      # no degree, batch or length above this; CP-SAT need
 def parse_choice(name: str, values) -> tuple:
     """User values for a knob ('bf16', True, 8) -> the knob's integer codes."""
     if name not in KNOBS:
-        raise SpecError(f"unknown knob '{name}'; knobs: {', '.join(KNOBS)}")
+        unsearched = name in BY_NAME
+        raise SpecError(f"{'knob' if unsearched else 'unknown knob'} '{name}'"
+                        f"{' is not searched (set it in a case file for planner estimate)' if unsearched else ''}; "
+                        f"searched knobs: {', '.join(KNOBS)}")
     out = []
     for v in values if isinstance(values, (list, tuple)) else (values,):
         if name in ENUMS:
@@ -190,6 +193,9 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, request: SearchRequest) 
     if request.num_gpus > 10_000_000:
         raise SpecError(f"{request.num_gpus} GPUs is beyond any real cluster (at most 10^7)")
     natural = _natural_domains(model, cluster, request)
+    for name in request.choices:
+        if name not in KNOBS:       # a knob the search does not vary (first_stage_layers, ...) or none
+            parse_choice(name, ())
     knobs = {}
     for name in KNOBS:
         domain = natural[name]

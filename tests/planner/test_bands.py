@@ -253,7 +253,10 @@ def test_an_oom_risk_is_not_ranked_first_when_a_safe_layout_ties_with_it():
     assert second["estimate"]["oom_risk"] is True and second["tie"] is True
     fast = res.runner_ups[0].estimate
     assert fast.step_time_s / fast.tokens_per_step < res.best.estimate.step_time_s / res.best.estimate.tokens_per_step
-    assert res.why[0].startswith("picked for memory safety: the layout ranked #2")
+    assert res.why[0].startswith("picked for memory safety: the runner-up #2 takes")
+    # with --top 1 there is no #2: the text names the layout it passed over
+    one = planner.plan("llama3.1-70b", "H100-SXM", gpus=64, global_batch=512, seq_lens=[8192], top_k=1)
+    assert one.why[0].startswith("picked for memory safety: the layout tp 1  pp 1  dp 64") and "#2" not in one.why[0]
     # the memory objective ranks by headroom already: no reordering there
     mem = planner.plan("llama3.1-70b", "H100-SXM", gpus=64, global_batch=512, seq_lens=[8192], top_k=2,
                        objective="memory")
@@ -284,3 +287,45 @@ def test_without_a_safe_tie_the_fastest_stays_first(monkeypatch):
     safe = {"peak_memory_bytes": np.array([60e9, 50e9])}  # the first has no OOM risk: nothing to do
     out, displaced, _ = safe_first(idx, safe, 80e9, plans.__getitem__, None, None, None)
     assert list(out) == [0, 1] and displaced is None
+
+
+def test_pareto_entries_carry_the_oom_flag():
+    """Fuzzing review: a Pareto front listed layouts whose upper memory band exceeds the GPU with no
+    flag, in JSON and in the text."""
+    res = planner.plan("llama3.1-70b", "H100-SXM", gpus=64, global_batch=512, seq_lens=[8192], top_k=2,
+                       objective="time,memory")
+    from planner.serialise import plan_to_dict
+    data = plan_to_dict(res)
+    risky = [p for p in data["pareto"] if p["estimate"]["oom_risk"]]
+    assert risky and all(p["estimate"]["peak_memory_band_bytes"][1] > p["estimate"]["hbm_bytes"] for p in risky)
+    from planner.output import plan_text
+    assert "OOM risk" in plan_text(res).split("Pareto front")[1]
+
+
+def test_a_slower_safe_layout_with_a_wider_band_can_be_the_tie(monkeypatch):
+    """Review: only the fastest layout without OOM risk was tried; bands differ in width, so a slower
+    one may tie where it does not."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from planner.ties import safe_first
+
+    def plan(step, width):
+        return SimpleNamespace(layout=None, estimate=SimpleNamespace(step_time_s=step, tokens_per_step=1.0,
+                                                                      width=width))
+
+    monkeypatch.setattr(B, "step_time_band", lambda model, cluster, fw, layout, e:
+                        B.Band(e.step_time_s, e.step_time_s * (1 - e.width), e.step_time_s * (1 + e.width)))
+    plans = {0: plan(1.0, 0.05), 1: plan(1.2, 0.05), 2: plan(1.3, 0.3)}   # #1 safe, no tie; #2 safe, ties
+    est = {"peak_memory_bytes": np.array([79e9, 50e9, 50e9])}
+    out, displaced, _ = safe_first(np.array([0, 1, 2]), est, 80e9, plans.__getitem__, None, None, None)
+    assert list(out) == [2, 0, 1] and displaced == 0
+
+
+def test_choices_for_a_knob_the_search_does_not_vary_are_refused():
+    """Review: plan(choices={"cpu_offload_layers": [10]}) was accepted and ignored."""
+    with pytest.raises(Exception, match="knob 'cpu_offload_layers' is not searched"):
+        planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=32, choices={"cpu_offload_layers": [10]})
+    with pytest.raises(Exception, match="unknown knob 'nonsense'"):
+        planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=32, choices={"nonsense": [1]})

@@ -324,3 +324,74 @@ def test_a_calibration_is_for_the_gpu_and_framework_it_was_made_on(probe_dir, tm
     bad.write_text("made_on: {gpu: [1]}\nconstants: {compute_scale: 1.0}\n")
     _one_error(CliRunner().invoke(main, ["estimate", str(probe_dir / "plan.json"), "--calibration", str(bad)]),
                "'made_on' must map gpu and framework to names")
+
+
+def _runs_file(path, gpu="H100-SXM", ids=("mine-1", "mine-2"), **record):
+    recs = []
+    for i, rid in enumerate(ids):
+        recs.append({"id": rid, "model": {"name": "gpt-1.7b", "num_layers": 24, "hidden_size": 2304,
+                                           "ffn_hidden_size": 9216, "num_attention_heads": 24, "num_kv_heads": 24,
+                                           "vocab_size": 50304, "seq_length": 2048, "activation": "gelu"},
+                     "cluster": {"gpu": gpu, "num_gpus": 8, "gpus_per_node": 8},
+                     "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "micro_batch": 1 + i, "global_batch": 32},
+                     "measured": {"step_time_s": 0.5 + i}, **record})
+    path.write_text(yaml.safe_dump(recs))
+    return path
+
+
+def test_a_runs_file_names_its_framework_and_ids_do_not_choose_it(tmp_path):
+    """Fuzzing review: a runs file's `framework:` was ignored, and an id starting with a published
+    source's name (mcore-, narayanan21-) or holding 'compile' silently switched the framework."""
+    for ids in (("mcore-a", "mcore-b"), ("my-compile-1", "my-compile-2"), ("narayanan21-x", "narayanan21-y")):
+        cal = planner.calibrate(str(_runs_file(tmp_path / "r.yaml", ids=ids)))
+        assert cal.made_on["framework"] == "megatron-deepspeed", ids
+    cal = planner.calibrate(str(_runs_file(tmp_path / "r.yaml", framework="Megatron-Core")))
+    assert cal.made_on == {"gpu": "H100-SXM", "framework": "megatron-core"}
+    r = CliRunner().invoke(main, ["calibrate", str(_runs_file(tmp_path / "r.yaml", framework="jax"))])
+    _one_error(r, "framework 'jax' is not a known cost profile")
+    # a megatron-core calibration applies to `plan --framework megatron-lm`, which is scored with it
+    out = tmp_path / "core.yaml"
+    CliRunner().invoke(main, ["calibrate", str(_runs_file(tmp_path / "r.yaml", framework="megatron-core")),
+                              "--out", str(out)])
+    ok = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                   "--global-batch", "32", "--framework", "megatron-lm", "-q", "--json",
+                                   "--calibration", str(out)])
+    assert ok.exit_code == 0, ok.output
+    bad = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                    "--global-batch", "32", "-q", "--calibration", str(out)])
+    _one_error(bad, "this is H100-SXM with megatron-deepspeed")
+
+
+def test_a_runs_files_knobs_follow_the_case_file_rules(tmp_path):
+    """Fuzzing review: cpu_offload_layers true / 2.7 / 40 of 24 layers / with pp 2 were taken (true as 1,
+    2.7 as 2) and 'forty' showed Python's ValueError text."""
+    for value, words in ((True, "cpu_offload_layers must be a whole number"),
+                         (2.7, "cpu_offload_layers must be a whole number"),
+                         ("forty", "cpu_offload_layers must be a whole number"),
+                         (40, "below the model's 24 layers")):
+        path = _runs_file(tmp_path / "r.yaml", framework="megatron-core")
+        recs = yaml.safe_load(path.read_text())
+        recs[0]["parallel"]["cpu_offload_layers"] = value
+        path.write_text(yaml.safe_dump(recs))
+        _one_error(CliRunner().invoke(main, ["calibrate", str(path)]), words)
+    path = _runs_file(tmp_path / "r.yaml", framework="megatron-core")
+    recs = yaml.safe_load(path.read_text())
+    recs[0]["parallel"].update(cpu_offload_layers=4, pp=2, dp=4)
+    path.write_text(yaml.safe_dump(recs))
+    _one_error(CliRunner().invoke(main, ["calibrate", str(path)]), "record 1: layout: cpu_offload_layers needs pp = 1")
+
+
+def test_made_on_is_compared_as_the_catalog_names_it(tmp_path, probe_dir):
+    """Fuzzing review: an alias or another case of the same GPU was refused as another GPU, and a
+    newline in made_on cut the error line short."""
+    plan = str(probe_dir / "plan.json")          # H100-SXM, megatron-deepspeed
+    for gpu in ("H100", "h100-sxm", "H100-SXM5"):
+        f = tmp_path / "c.yaml"
+        f.write_text(yaml.safe_dump({"made_on": {"gpu": gpu, "framework": "Megatron-DeepSpeed"},
+                                     "constants": {"compute_scale": 1.0}}))
+        r = CliRunner().invoke(main, ["estimate", plan, "--calibration", str(f)])
+        assert r.exit_code == 0, (gpu, r.output)
+    for gpu in ("A100\nerror: injected", " ", "H100-SXM "):
+        f.write_text(yaml.safe_dump({"made_on": {"gpu": gpu}, "constants": {"compute_scale": 1.0}}))
+        _one_error(CliRunner().invoke(main, ["estimate", plan, "--calibration", str(f)]),
+                   "'made_on' must map gpu and framework to names")

@@ -236,3 +236,24 @@ def test_postgres_password_is_not_written(tmp_path):
     assert "hunter2" not in r.stdout
     for f in out.iterdir():
         assert b"hunter2" not in f.read_bytes(), f.name
+
+
+def test_seeds_are_queued_before_other_workers_may_start(tmp_path, monkeypatch):
+    """A flaky run of test_three_workers_share_one_sqlite_study left 13 seed trials WAITING: the
+    creating worker set the fingerprint the others wait for before it queued the seeds, so under
+    load the others reached the target first. The seeds now go in first."""
+    from planner import study as S
+
+    seen = []
+    real = optuna.study.Study.set_user_attr
+
+    def spy(self, key, value):
+        if key == S.FINGERPRINT_ATTR:
+            seen.append(len(self.get_trials(deepcopy=False)))
+        return real(self, key, value)
+
+    monkeypatch.setattr(optuna.study.Study, "set_user_attr", spy)
+    seeds = [{"tp": 1}, {"tp": 2}, {"tp": 4}]
+    S.open_study(optuna, "s", f"sqlite:///{tmp_path / 's.db'}", optuna.samplers.RandomSampler(seed=0),
+                 ("time",), "fp", seeds=seeds)
+    assert seen == [len(seeds)]
