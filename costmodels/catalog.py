@@ -645,6 +645,7 @@ def framework_from_dict(d: dict) -> Framework:
                                    for k, v in _mapping(d, "zero0_step_copy_bytes", what).items()},
             fsdp_pp_unsharded=_fw_flag(d, "fsdp_pp_unsharded", what, False),
             cpu_offloading=_fw_flag(d, "cpu_offloading", what, False),
+            fused_softmax_max_seq=n("fused_softmax_max_seq", 0.0),
             zero3_recompute_gathers=n("zero3_recompute_gathers", 1.0),
             zero3_gathers_per_layer=n("zero3_gathers_per_layer", 1.0),
             zero3_reduce_bucket_params=_bucket(n("zero3_reduce_bucket_params", 0.0), what),
@@ -675,6 +676,7 @@ FRAMEWORK_RANGES = {
     "state_bytes": (0.0, 64.0, False), "zero0_step_copy_bytes": (0.0, 256.0, False),
     "zero3_recompute_gathers": (0.0, 10.0, False), "zero3_gathers_per_layer": (0.0, 1000.0, False),
     "zero3_reduce_tensors_per_layer": (0.0, 1000.0, False), "zero3_live_layers": (0.0, 1e6, False),
+    "fused_softmax_max_seq": (0.0, 1e9, False),
 }
 # (dimension, maximum) of the framework's quantities with a unit.
 FRAMEWORK_QUANTITIES = {"iteration_overhead": ("s", 10.0), "host_overhead": ("s", 0.01),
@@ -689,7 +691,7 @@ FRAMEWORK_KEYS = frozenset({
     "zero3_reduce_tensors_per_layer", "zero3_rank_loop", "zero3_live_params", "grad_buffer_follows_comm",
     "saved_activation_factor", "fp8_saved_input_bytes", "iteration_overhead", "microbatch_overhead",
     "host_overhead", "elementwise_traffic", "grad_accumulation_bytes", "state_bytes", "state_bytes_zero0",
-    "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "cpu_offloading", "allocator_fragmentation",
+    "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "cpu_offloading", "fused_softmax_max_seq", "allocator_fragmentation",
     "cuda_context", "comm_buffers", "logits_bytes_per_element"})
 
 

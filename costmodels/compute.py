@@ -24,7 +24,8 @@ from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  #
 
 from .comm import all_reduce_time, members_per_domain
 from .gemm import gemm_time, on_distinct_rows
-from .memory import activation_bytes_per_element
+from .memory import (SOFTMAX_FALLBACK_BYTES, SOFTMAX_FALLBACK_KERNELS, activation_bytes_per_element,
+                     megatron_softmax_falls_back)
 from .params import embedding_params, layer_params, output_params
 from .types import ClusterSpec, Framework, ModelSpec
 from .types import BF16, FP16, FP32, FP8  # named enum codes
@@ -225,6 +226,13 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
                       * attention_head_dim_share(m, fw),
                       where(batched > 0, batched, gemm_rate(cluster, precision)))
     n_fwd, n_bwd = _kernel_counts(m, flash)
+    # Megatron's fused softmax unavailable for this shape: eager fp32 ops instead (memory.py)
+    fallback = megatron_softmax_falls_back(m, tokens, seq_len, tp, flash, precision, fw.fused_softmax_max_seq)
+    scores = tokens * m.num_heads * asf(seq_len) / asf(tp)
+    fb_fwd = where(fallback, SOFTMAX_FALLBACK_BYTES[0] * scores, 0.0)
+    fb_bwd = where(fallback, SOFTMAX_FALLBACK_BYTES[1] * scores, 0.0)
+    n_fwd = n_fwd + where(fallback, SOFTMAX_FALLBACK_KERNELS, 0.0)
+    n_bwd = n_bwd + where(fallback, SOFTMAX_FALLBACK_KERNELS, 0.0)
     # TP: two all-reduces (or reduce-scatter + all-gather with SP, same bytes) per layer pass
     # (Shoeybi et al. 2019, §3, Fig. 4; Korthikanti et al. 2022, §4.2.2).
     e = activation_bytes_per_element(precision)
@@ -233,7 +241,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     exposed = tp_exposed_share(tp, tp_pipelined)
     host = fw.host_overhead_s
     gemm_fwd, gemm_bwd = layer_gemm_times(m, gpu, tokens, tp, rate, speed)
-    fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=elem / bw,
+    fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=(elem + fb_fwd) / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass * exposed)
     # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for
     # the weight-gradient GEMMs (Korthikanti et al. 2022, §4.2.2); Megatron issues that all-gather
@@ -245,7 +253,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # (`elementwise_backward_passes`).
     bwd = PhaseTimes(gemm=gemm_bwd,
                      attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
-                     elementwise=(elementwise_backward_passes() * elem
+                     elementwise=(elementwise_backward_passes() * elem + fb_bwd
                                   + grad_accumulation_bytes(layer_params(m), fw, tp, grad_bytes_per_param)) / bw,
                      kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host,

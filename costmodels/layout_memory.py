@@ -18,7 +18,7 @@ from .types import ZERO3  # named ZeRO stage code
 def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
     """Bytes of activations the (first, middle, last) stage keeps for its micro-batches in flight."""
     stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
-                                                     fw.fp8_saved_input_bytes)
+                                                     fw.fp8_saved_input_bytes, fw.fused_softmax_max_seq)
     stored, core_act = stored * fw.saved_activation_factor, core_act * fw.saved_activation_factor
     ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
     pp, vpp, n_micro, rc = k.pp, k.vpp, k.n_micro, k.recompute
@@ -50,7 +50,7 @@ def host_checkpoint_bytes(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages)
     activations (Megatron-Core), on the stage that holds the most."""
     ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
     stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
-                                                     fw.fp8_saved_input_bytes)
+                                                     fw.fp8_saved_input_bytes, fw.fused_softmax_max_seq)
     per_layer = (stored + core_act) * fw.saved_activation_factor
     inflight = [memory.inflight_microbatches(k.pp, k.vpp, k.n_micro, s) for s in (0, 1, k.pp - 1)]
     per_stage = [memory.offloaded_checkpoint_bytes(ckpt, layers, n, k.ckpt_offload)

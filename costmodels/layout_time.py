@@ -316,7 +316,7 @@ def activation_offload_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knob
     only for what the N copies take beyond L-1 layers' forward (N x - (L-1) f) and backward for what
     the N reloads take beyond L-2 layers' backward (N x - (L-2) b)."""
     stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
-                                                     fw.fp8_saved_input_bytes)
+                                                     fw.fp8_saved_input_bytes, fw.fused_softmax_max_seq)
     copy = (stored + core_act) * fw.saved_activation_factor / c.pcie_bytes_per_s
     layers = maximum(stages.first, maximum(stages.mid, stages.last))
     n = memory.cpu_offloaded_layers(k.cpu_offload_layers, layers)

@@ -110,7 +110,31 @@ def zero3_working_params(layer_params_local, mp_params, fw: Framework):
     return minimum(maximum(live, 0.0), mp_params)
 
 
-def layer_activation_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precision, fp8_input_bytes=1.0):
+def megatron_softmax_falls_back(m: ModelSpec, tokens, seq_len, tp, flash, precision, fused_max_seq):
+    """Megatron's fused scaled-masked softmax runs only when FusedScaleMaskSoftmax.is_kernel_available
+    says so (Megatron-DeepSpeed f4157bea megatron/model/fused_softmax.py:152-172; Megatron-LM the same
+    since 7a77abd9b6, 2022-01): 16-bit scores, 16 < s <= 4096, s divisible by 4, and b x np divisible
+    by the kernel's batches per block (4 for s > 128; b the micro-batch, np the heads per TP rank).
+    Otherwise forward_torch_softmax runs it as eager ops in fp32. Non-flash attention only;
+    `fused_max_seq` 0: the framework has no such kernel (nothing to fall back from)."""
+    s = asf(seq_len)
+    batches = tokens / s * m.num_heads / asf(tp)
+    per_block = where(s <= 128, 8.0, 4.0)
+    fits = np.asarray((s > 16) & (s <= fused_max_seq) & (s % 4 == 0) & (batches % per_block == 0), dtype=bool)
+    eager = np.logical_not(np.asarray(flash, dtype=bool)) & (np.asarray(asv(precision)) != FP32)
+    return np.asarray(fused_max_seq > 0) & eager & np.logical_not(fits)
+
+
+# Extra bytes per attention score of the eager fallback, counted from forward_torch_softmax: the fp32
+# cast (read 2, write 4), the scale (4, 4), masked_fill_ (4 + the 1-byte mask, 4), softmax (4, 4) and
+# the cast back (4, 2), against the fused kernel's read 2 / write 2; backward runs the same five ops'
+# gradients (6 + 12 + 9 + 8 + 6 bytes) against the fused backward's 6. Four more kernels each way.
+SOFTMAX_FALLBACK_BYTES = (33.0, 35.0)
+SOFTMAX_FALLBACK_KERNELS = 4.0
+
+
+def layer_activation_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precision, fp8_input_bytes=1.0,
+                           fused_max_seq=0.0):
     """Activations one layer saves for backward, per GPU, for `tokens` tokens of one micro-batch.
 
     Korthikanti et al. 2022 (arXiv:2205.05198) §4, Table 2: sbh(10 + 24/t + 5as/ht) bytes without
@@ -132,7 +156,11 @@ def layer_activation_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precisi
     split = (h + 2.0 * kv) * e + h * g + mlp + where(flash, 4.0 * m.num_heads, 0.0)
     attn_drop = 1.0 if m.attention_dropout > 0 else 0.0
     # Softmax output (e), its dropout mask (1 byte) and dropout output (e) per score (5as with e=2).
-    core = where(flash, 0.0, m.num_heads * asf(seq_len) * (e + attn_drop * (1.0 + e)))
+    # Megatron's eager fallback saves the fp32 softmax output (4 bytes) for softmax's backward, and
+    # without dropout its 16-bit cast for AV's backward as well.
+    fallback = megatron_softmax_falls_back(m, tokens, seq_len, tp, flash, precision, fused_max_seq)
+    probs = e + where(fallback, 4.0 - e + (0.0 if attn_drop else e), 0.0)
+    core = where(flash, 0.0, m.num_heads * asf(seq_len) * (probs + attn_drop * (1.0 + e)))
     tp = asf(tp)
     per_token = where(sp, (replicated + split) / tp, replicated + split / tp)
     return tokens * per_token, tokens * core / tp

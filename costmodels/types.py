@@ -303,6 +303,7 @@ class Framework:
     zero3_recompute_gathers: float = 1.0   # extra ZeRO-3 gathers of a layer for its recompute forward
     fsdp_pp_unsharded: bool = False    # FSDP with PP: stage weights stay gathered, fp32 grads accumulate unsharded
     cpu_offloading: bool = False       # has Megatron-Core's layer activation offload (Layout.cpu_offload_layers)
+    fused_softmax_max_seq: float = 0.0     # Megatron's fused scaled-masked softmax: longest sequence; 0: none
     zero3_gathers_per_layer: float = 1.0   # ZeRO-3 / FSDP all-gather calls per layer and pass (fetch granularity)
     zero3_reduce_bucket_params: float = 0.0   # ZeRO-3 gradient reduce-scatter bucket; 0: one call per gather unit
     # Work each ZeRO-3 call does per data-parallel rank (DeepSpeed v0.3.13; catalog megatron-lm.yaml):

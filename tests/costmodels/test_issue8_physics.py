@@ -669,3 +669,34 @@ def test_activation_offload_in_a_framework_without_it_is_a_warning():
                             parallel={"tp": 1, "pp": 1, "dp": 64, "micro_batch": 1, "global_batch": 256,
                                       "zero_stage": 3, "cpu_offload_layers": 20})
     assert not any("no layer activation offload" in w.message for w in core.warnings)
+
+
+def test_megatrons_fused_softmax_falls_back_where_its_kernel_does_not_apply():
+    """Megatron's fused scaled-masked softmax needs micro-batch x heads-per-TP-rank divisible by 4 and
+    16 < s <= 4096 (Megatron-DeepSpeed fused_softmax.py:152-172); otherwise five eager fp32 ops run
+    instead of one kernel. vTrain's 16-head models at tp 8 and micro-batch 1 (2 heads per rank) are
+    such a case: they were predicted 34% too fast on average, against 15% for the same models at
+    micro-batch 2 and more."""
+    from costmodels.estimate import estimate
+    from costmodels.memory import layer_activation_bytes, megatron_softmax_falls_back
+    from costmodels.types import Layout, Precision
+
+    m = replace(catalog.load_model("gpt-1.7b"), hidden=2048, ffn_hidden=8192, num_heads=16, num_kv_heads=16)
+    fp16 = Precision.FP16.code
+    assert megatron_softmax_falls_back(m, 1024, 1024, 8, False, fp16, 4096)           # 1 x 2 heads
+    assert not megatron_softmax_falls_back(m, 2048, 1024, 8, False, fp16, 4096)       # 2 x 2
+    assert megatron_softmax_falls_back(m, 8192, 8192, 1, False, fp16, 4096)           # s > 4096
+    assert not megatron_softmax_falls_back(m, 1024, 1024, 8, True, fp16, 4096)        # flash: no softmax
+    assert not megatron_softmax_falls_back(m, 1024, 1024, 8, False, fp16, 0)          # no such kernel
+    # the fp32 softmax output is what softmax's backward keeps: 4 bytes a score, not 2
+    _, fused = layer_activation_bytes(m, 2048, 1024, 8, False, False, fp16, 1.0, 4096)
+    _, eager = layer_activation_bytes(m, 1024, 1024, 8, False, False, fp16, 1.0, 4096)
+    assert eager / 1024 - fused / 2048 == pytest.approx(2.0 * 2 * 1024)               # 2 heads x s x 2 B
+    cluster = catalog.load_cluster("A100-80GB", num_gpus=8)
+    mds = catalog.load_framework("megatron-deepspeed")
+    one, two = (Layout(tp=8, dp=1, mbs=b, gbs=16, seq_len=1024, zero=0, precision=Precision.FP16,
+                       flash_attention=False) for b in (1, 2))
+    no_kernel = replace(mds, fused_softmax_max_seq=0.0)
+    # the fallback costs time at micro-batch 1 only
+    assert estimate(m, cluster, mds, one).time.step > 1.02 * estimate(m, cluster, no_kernel, one).time.step
+    assert estimate(m, cluster, mds, two).time.step == pytest.approx(estimate(m, cluster, no_kernel, two).time.step)
