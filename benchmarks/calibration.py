@@ -106,9 +106,10 @@ def main(argv=None) -> int:
     print("    constants: " + ", ".join(f"{k} {v:.4g}" for k, v in a["constants"].items()))
     report = {"vtrain": a}
     loso = json.loads(Path(args.loso_from).read_text())["loso_refits"] if args.loso_from else None
-    for label, title, refits in (("per_source", "(b) per published source, from the catalog (in-sample)", None),
+    for label, title, refits in (("per_source", "(b) per published source, from the catalog (in-sample; a "
+                                                "source may mix GPU types, which planner calibrate refuses)", None),
                                  ("per_source_loso", "(c) per published source, from its leave-one-source-out "
-                                                     "refit (a cluster the catalog never saw)", loso)):
+                                                     "refit (a cluster the catalog never saw; GPU types mixed)", loso)):
         if label == "per_source_loso" and refits is None:
             continue
         report[label] = section(title, per_source(records, refits))
@@ -129,7 +130,7 @@ def section(title, b, unit="sources") -> dict:
     ma = float(np.mean([v["mape_after"] for v in b.values()]))
     within = sum(v["mape_after"] <= 0.05 for v in b.values())
     print(f"    mean of {unit}: {mb:.1%} -> {ma:.1%}; {within} of {len(b)} {unit} within 5% after")
-    return {"sources": b, "mean_before": mb, "mean_after": ma, "sources_within_5pct": within}
+    return {unit: b, "mean_before": mb, "mean_after": ma, f"{unit}_within_5pct": within}
 
 
 if __name__ == "__main__":

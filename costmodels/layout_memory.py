@@ -15,11 +15,17 @@ from .types import OFF_NONE, OFF_NVME  # named enum codes
 from .types import ZERO3  # named ZeRO stage code
 
 
-def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
-    """Bytes of activations the (first, middle, last) stage keeps for its micro-batches in flight."""
+def saved_layer_bytes(m: ModelSpec, fw: Framework, k: Knobs):
+    """(stored, attention core) bytes one layer saves for backward per micro-batch on one GPU, with the
+    framework's saved-activation factor: what recompute keeps or drops, and what activation offload moves."""
     stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
                                                      fw.fp8_saved_input_bytes, fw.fused_softmax_max_seq)
-    stored, core_act = stored * fw.saved_activation_factor, core_act * fw.saved_activation_factor
+    return stored * fw.saved_activation_factor, core_act * fw.saved_activation_factor
+
+
+def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
+    """Bytes of activations the (first, middle, last) stage keeps for its micro-batches in flight."""
+    stored, core_act = saved_layer_bytes(m, fw, k)
     ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
     pp, vpp, n_micro, rc = k.pp, k.vpp, k.n_micro, k.recompute
     inflight_first = memory.inflight_microbatches(pp, vpp, n_micro, 0)
@@ -36,27 +42,24 @@ def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
     # With the checkpoints offloaded, DeepSpeed's PipelineEngine still keeps each in-flight micro-batch's
     # received input and its output in pipe_buffers on the GPU (pipe/engine.py:713-716, 760).
     pipe = where(off & (pp > 1), 2.0 * ckpt, 0.0)
-    # Megatron-Core's activation offload (pp 1, no recompute): the offloaded layers' saved tensors are
-    # on the host by the end of forward, when the rest peak (each is freed once its copy, made while
-    # the next layer computes, is done: Transformer Engine cpu_offload, offload_group of the previous layer).
-    per_layer = stored + core_act
-    return tuple(act + n * pipe - memory.cpu_offloaded_layers(k.cpu_offload_layers, layers) * n * per_layer
-                 for act, n, layers in ((act_first, inflight_first, stages.first), (act_mid, inflight_mid, stages.mid),
-                                        (act_last, inflight_last, stages.last)))
+    # Megatron-Core's activation offload (pp 1, no recompute; one stage, one micro-batch in flight):
+    # Transformer Engine's default synchronisation has every offloaded layer's copy done by the
+    # forward of layer L-N+i, so at the end of forward, where activations peak, L-N layers' are on
+    # the GPU (cpu_offload.py, OffloadSynchronizer._default_offload_sync_init).
+    act_first = act_first - memory.cpu_offloaded_layers(k.cpu_offload_layers, stages.first) * (stored + core_act)
+    return act_first + inflight_first * pipe, act_mid + inflight_mid * pipe, act_last + inflight_last * pipe
 
 
 def host_checkpoint_bytes(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
     """Host bytes per GPU of offloaded activation checkpoints (DeepSpeed) or of offloaded layers' saved
     activations (Megatron-Core), on the stage that holds the most."""
     ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
-    stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
-                                                     fw.fp8_saved_input_bytes, fw.fused_softmax_max_seq)
-    per_layer = (stored + core_act) * fw.saved_activation_factor
     inflight = [memory.inflight_microbatches(k.pp, k.vpp, k.n_micro, s) for s in (0, 1, k.pp - 1)]
     per_stage = [memory.offloaded_checkpoint_bytes(ckpt, layers, n, k.ckpt_offload)
-                 + n * memory.cpu_offloaded_layers(k.cpu_offload_layers, layers) * per_layer
                  for layers, n in zip((stages.first, stages.mid, stages.last), inflight)]
-    return maximum(per_stage[0], maximum(per_stage[1], per_stage[2]))
+    stored, core_act = saved_layer_bytes(m, fw, k)
+    offloaded = memory.cpu_offloaded_layers(k.cpu_offload_layers, stages.first) * (stored + core_act)   # pp 1
+    return maximum(per_stage[0], maximum(per_stage[1], per_stage[2])) + offloaded
 
 
 def zero3_working_bytes(fw: Framework, k: Knobs, sp: StageParams):

@@ -15,6 +15,7 @@ from .vec import asf, ceil, maximum, where
 from . import compute, memory, steptime
 from .comm import (all_gather_time, members_per_domain, p2p_time, reduce_scatter_time, grad_comm_bytes_per_param,
                    weight_gather_bytes_per_param, zeropp_quantisation_bytes_per_param)
+from .layout_memory import saved_layer_bytes
 from .stages import Knobs, StageParams, Stages, recomputed_layers
 from .types import ClusterSpec, Framework, ModelSpec
 from .types import OFF_NONE, OFF_NVME, RC_FULL, RC_SELECTIVE  # named enum codes
@@ -311,18 +312,18 @@ def activation_offload_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knob
     """Seconds per micro-batch of Megatron-Core's activation offload (--cpu-offloading-num-layers N,
     pp 1, L layers). Transformer Engine's cpu_offload (its default synchronisation,
     OffloadSynchronizer._default_offload_sync_init) offloads layers 0..N-1 on a side stream: layer
-    i's copy must be done when the forward of layer L-N+i starts, and its reload starts at the
-    backward of layer L-1-N+i. The copies run one after another, each taking x, so forward waits
-    only for what the N copies take beyond L-1 layers' forward (N x - (L-1) f) and backward for what
-    the N reloads take beyond L-2 layers' backward (N x - (L-2) b)."""
-    stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
-                                                     fw.fp8_saved_input_bytes, fw.fused_softmax_max_seq)
-    copy = (stored + core_act) * fw.saved_activation_factor / c.pcie_bytes_per_s
-    layers = maximum(stages.first, maximum(stages.mid, stages.last))
+    i's copy, issued when its forward ends, must be done when the forward of layer L-N+i starts,
+    and its reload, issued at the backward of layer L-1-N+i, when its own backward starts. So each
+    copy x has a window of w = L-N-1 layers, and the N copies queue on one stream over L-2 layers:
+    forward waits max(N x - (L-2) f, N (x - w f), 0), backward the same with b."""
+    stored, core_act = saved_layer_bytes(m, fw, k)
+    copy = (stored + core_act) / c.pcie_bytes_per_s
+    layers = stages.first                                   # one stage: pp 1
     n = memory.cpu_offloaded_layers(k.cpu_offload_layers, layers)
+    window = layers - n - 1.0
     fwd, bwd = lt.fwd_gpu + lt.fwd_tp, lt.bwd_gpu + lt.bwd_tp
-    return where(n > 0, maximum(n * copy - (layers - 1.0) * fwd, 0.0)
-                 + maximum(n * copy - (layers - 2.0) * bwd, 0.0), 0.0)
+    return (maximum(maximum(n * copy - (layers - 2.0) * fwd, n * (copy - window * fwd)), 0.0)
+            + maximum(maximum(n * copy - (layers - 2.0) * bwd, n * (copy - window * bwd)), 0.0))
 
 
 # ---- the pipeline over the stages, and once per step --------------------------------------------

@@ -118,11 +118,14 @@ def megatron_softmax_falls_back(m: ModelSpec, tokens, seq_len, tp, flash, precis
     Otherwise forward_torch_softmax runs it as eager ops in fp32. Non-flash attention only;
     `fused_max_seq` 0: the framework has no such kernel (nothing to fall back from)."""
     s = asf(seq_len)
-    batches = tokens / s * m.num_heads / asf(tp)
+    # b x np: tokens / s sequences per micro-batch, np the heads of one TP rank. A fraction of a
+    # sequence means context parallelism, which Megatron runs with flash attention only: no softmax here.
+    seqs = tokens / s
+    batches = seqs * m.num_heads / asf(tp)
     per_block = where(s <= 128, 8.0, 4.0)
-    fits = np.asarray((s > 16) & (s <= fused_max_seq) & (s % 4 == 0) & (batches % per_block == 0), dtype=bool)
-    eager = np.logical_not(np.asarray(flash, dtype=bool)) & (np.asarray(asv(precision)) != FP32)
-    return np.asarray(fused_max_seq > 0) & eager & np.logical_not(fits)
+    fits = (s > 16) & (s <= fused_max_seq) & (s % 4 == 0) & (batches % per_block == 0)
+    eager = where(fits, False, fused_max_seq > 0) & (seqs % 1.0 == 0)
+    return where(flash, False, where(asv(precision) == FP32, False, eager))
 
 
 # Extra bytes per attention score of the eager fallback, counted from forward_torch_softmax: the fp32
@@ -204,7 +207,7 @@ def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_la
 def cpu_offloaded_layers(cpu_offload_layers, layers):
     """Layers of a stage of `layers` whose saved activations wait in host memory under Megatron-Core's
     --cpu-offloading-num-layers N (it requires N < the model's layers, so one stays at least)."""
-    return where(cpu_offload_layers > 0, minimum(cpu_offload_layers, maximum(layers - 1.0, 0.0)), 0.0)
+    return minimum(cpu_offload_layers, maximum(layers - 1.0, 0.0))
 
 
 def offloaded_checkpoint_bytes(ckpt, layers, inflight, ckpt_offload):

@@ -120,10 +120,10 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
                                               "the NVLink domain run over the network",
                                               "the planner's search never proposes this layout")
                                   for msg in preferences)
-                          + uneven_warnings(case_obj))
+                          + framework_feature_warnings(case_obj))
 
 
-def uneven_warnings(case) -> tuple:
+def framework_feature_warnings(case) -> tuple:
     """Megatron-DeepSpeed splits layers evenly (DeepSpeed PipelineModule, partition_method
     'type:transformer'); an uneven split is estimated but cannot be emitted for it. Likewise
     Megatron-Core's activation offload in a framework that has none."""

@@ -95,9 +95,8 @@ def check_scope(calibration, gpu: str, framework: str, asked: str | None = None)
     where its cost profile has another name (plan --framework megatron-lm scores with megatron-core)."""
     made = scope(calibration)
     theirs = {"gpu": gpu, "framework": framework}
-    kinds = {"gpu": "gpu", "framework": "framework"}
     wrong = [k for k in ("gpu", "framework") if made.get(k)
-             and (catalog.canonical_name(kinds[k], made[k]) or made[k]) != theirs[k]]
+             and (catalog.canonical_name(k, made[k]) or made[k]) != (catalog.canonical_name(k, theirs[k]) or theirs[k])]
     if wrong:
         where = f"'{shown_path(str(calibration))}'" if isinstance(calibration, (str, Path)) else "the calibration"
         scored = framework if not asked or asked == framework else f"{framework} (the cost profile of {asked})"

@@ -70,16 +70,16 @@ def safe_first(idx, est_cols: dict, hbm_bytes: float, plan_of, model, cluster, f
 
     def band_per_token(plan):
         band = B.step_time_band(model, cluster, framework, plan.layout, plan.estimate)
-        return band.low / plan.estimate.tokens_per_step, band.high / plan.estimate.tokens_per_step
+        tokens = plan.estimate.tokens_per_step
+        return B.Band(band.value / tokens, band.low / tokens, band.high / tokens)
 
     first = int(idx[0])
     fast = plan_of(first)
-    lo_f, hi_f = band_per_token(fast)
+    fast_band = band_per_token(fast)
     # bands differ in width, so a slower safe layout may tie where a faster one does not
     for safe in [int(j) for j in idx[~risk][:SAFE_CANDIDATES]]:
         slow = plan_of(safe)
-        lo_s, hi_s = band_per_token(slow)
-        if lo_f <= hi_s and lo_s <= hi_f:
+        if fast_band.overlaps(band_per_token(slow)):
             break
     else:
         return idx, None, ""
