@@ -40,6 +40,10 @@ def record_from_heldout(rec: dict) -> Record | None:
     if fw_name == "other":
         fw_name = next((v for k, v in HELDOUT_OTHER.items() if prefix.startswith(k)), "megatron-core")
     rules = dict(HELDOUT_RULES[fw_name])
+    if prefix == "mbridge":
+        # Megatron-Bridge's performance recipes: Megatron-Core with fp8 parameters and TE's fused
+        # cross-entropy (catalog frameworks/megatron-bridge.yaml)
+        rules["framework"] = "megatron-bridge"
     notes = str(rec.get("notes", "")) + " " + str(rec.get("source", ""))
     if fw_name == "torchtitan" and re.search(r"--training\.compile|compile Y\b|torch\.compile", notes):
         rules["framework"] = "torchtitan-compile"     # the source's command / table says it ran compiled

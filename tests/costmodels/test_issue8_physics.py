@@ -714,3 +714,31 @@ def test_megatrons_fused_softmax_falls_back_where_its_kernel_does_not_apply():
     # the fallback costs time at micro-batch 1 only
     assert estimate(m, cluster, mds, one).time.step > 1.02 * estimate(m, cluster, no_kernel, one).time.step
     assert estimate(m, cluster, mds, two).time.step == pytest.approx(estimate(m, cluster, no_kernel, two).time.step)
+
+
+def test_megatron_bridge_recipes_keep_fp8_weights_and_fuse_the_loss():
+    """Held-out: the Megatron-Bridge B200 405B FP8 run trained, and was predicted at 174 GiB of 168:
+    its recipe keeps the weights in fp8 only (fp8_param_gather, mixed_precision.py:272-290 @ v0.2.0)
+    and uses Transformer Engine's fused cross-entropy, which the megatron-bridge profile now says."""
+    import sys
+    from pathlib import Path
+
+    from costmodels.estimate import estimate
+    from costmodels.types import Layout, Precision
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from heldout import load_heldout
+    from planner.validation import evaluate
+
+    bridge, core = catalog.load_framework("megatron-bridge"), catalog.load_framework("megatron-core")
+    assert bridge.state_bytes["fp8"][0] == 1 and core.state_bytes["fp8"][0] == 3      # weights, bytes per parameter
+    model = catalog.load_model("llama3.1-70b")
+    cluster = catalog.load_cluster("B200", num_gpus=64)
+    layout = Layout(tp=4, pp=4, dp=4, mbs=1, gbs=64, seq_len=8192, zero=1, precision=Precision.FP8,
+                    sequence_parallel=True)
+    a, b = estimate(model, cluster, core, layout), estimate(model, cluster, bridge, layout)
+    assert b.memory.logits == pytest.approx(a.memory.logits / 3) and b.memory.weights < a.memory.weights
+    assert b.step_time_s == pytest.approx(a.step_time_s)           # the same kernels and overlap
+    runs = [r for r in load_heldout() if r.id.startswith("mbridge-")]
+    assert runs and all(r.case["framework"] == "megatron-bridge" for r in runs)
+    b200 = next(x for x in evaluate(runs) if x.record.id == "mbridge-2511-b200-fp8cs-llama31-405b-128gpu")
+    assert b200.fits
