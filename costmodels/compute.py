@@ -259,10 +259,11 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
                      host=(n_bwd + 2) * host,
                      tp_comm=tp_pass * minimum(1.0 - fw.tp_overlap, exposed))
     core_elem = where(flash, 0.0, tokens * m.num_heads * asf(seq_len) * 4.0 * e
-                         / asf(tp)) * fw.elementwise_traffic
+                         / asf(tp)) * fw.elementwise_traffic + fb_fwd       # selective recompute reruns the softmax
+    core_kernels = where(flash, 1.0, 3.0) + where(fallback, SOFTMAX_FALLBACK_KERNELS, 0.0)
     core = PhaseTimes(gemm=0.0 * gemm_f, attention=attn_f / attn_rate, elementwise=core_elem / bw,
-                      kernels=where(flash, 1.0, 3.0) * gpu.kernel_overhead_s,
-                      host=where(flash, 1.0, 3.0) * host, tp_comm=0.0 * gemm_f)
+                      kernels=core_kernels * gpu.kernel_overhead_s,
+                      host=core_kernels * host, tp_comm=0.0 * gemm_f)
     return fwd, bwd, core
 
 

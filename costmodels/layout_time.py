@@ -322,8 +322,9 @@ def activation_offload_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knob
     n = memory.cpu_offloaded_layers(k.cpu_offload_layers, layers)
     window = layers - n - 1.0
     fwd, bwd = lt.fwd_gpu + lt.fwd_tp, lt.bwd_gpu + lt.bwd_tp
-    return (maximum(maximum(n * copy - (layers - 2.0) * fwd, n * (copy - window * fwd)), 0.0)
+    wait = (maximum(maximum(n * copy - (layers - 2.0) * fwd, n * (copy - window * fwd)), 0.0)
             + maximum(maximum(n * copy - (layers - 2.0) * bwd, n * (copy - window * bwd)), 0.0))
+    return where(n > 0, wait, 0.0)          # (with one layer, -(L-2) f would be a wait for nothing)
 
 
 # ---- the pipeline over the stages, and once per step --------------------------------------------

@@ -742,3 +742,25 @@ def test_megatron_bridge_recipes_keep_fp8_weights_and_fuse_the_loss():
     assert runs and all(r.case["framework"] == "megatron-bridge" for r in runs)
     b200 = next(x for x in evaluate(runs) if x.record.id == "mbridge-2511-b200-fp8cs-llama31-405b-128gpu")
     assert b200.fits
+
+
+def test_no_offload_wait_without_offload_and_selective_recompute_reruns_the_fallback():
+    """Review: after the offload formula took windows, a stage of one layer with nothing offloaded
+    waited -(L-2) f = +f per micro-batch (megatron-core at pp 32: 1.4 s of a 7 s step); and selective
+    recompute reran Megatron's softmax without the eager fallback's cost."""
+    from costmodels.estimate import estimate
+    from costmodels.types import Layout, Precision, Recompute
+
+    model = catalog.load_model("llama3.1-8b")
+    cluster = catalog.load_cluster("H100-SXM", num_gpus=64)
+    for fw in ("megatron-core", "megatron-deepspeed", "torchtitan"):
+        layout = Layout(tp=1, pp=32, dp=2, mbs=1, gbs=256, seq_len=4096, zero=1, precision=Precision.BF16)
+        assert estimate(model, cluster, catalog.load_framework(fw), layout).time.offload == 0.0, fw
+    m = replace(catalog.load_model("gpt-1.7b"), hidden=2048, ffn_hidden=8192, num_heads=16, num_kv_heads=16)
+    a100 = catalog.load_cluster("A100-80GB", num_gpus=8)
+    mds = catalog.load_framework("megatron-deepspeed")
+    sel = Layout(tp=8, dp=1, mbs=1, gbs=16, seq_len=1024, zero=0, precision=Precision.FP16,
+                 flash_attention=False, recompute=Recompute.SELECTIVE)
+    with_fallback = estimate(m, a100, mds, sel).time.recompute
+    without = estimate(m, a100, replace(mds, fused_softmax_max_seq=0.0), sel).time.recompute
+    assert with_fallback > 1.1 * without
