@@ -100,3 +100,22 @@ def test_offload_trades_memory_for_time():
     off = base.replace(offload_optimizer=Offload.CPU)
     a, b = estimate(model, cluster, FW, base), estimate(model, cluster, FW, off)
     assert b.memory.total < a.memory.total and b.step_time_s > a.step_time_s
+
+
+@settings(max_examples=120, deadline=None)
+@given(model=st.sampled_from(MODELS), tp=st.sampled_from([1, 8]), pp=st.integers(1, 32),
+       mbs=st.sampled_from([1, 2]), fw=st.sampled_from(["megatron-deepspeed", "megatron-core", "torchtitan",
+                                                        "megatron-bridge", "llm-foundry"]),
+       flash=st.booleans(), recompute=st.sampled_from(list(Recompute)))
+def test_nothing_offloaded_costs_no_offload_time(model, tp, pp, mbs, fw, flash, recompute):
+    """Whatever the stage sizes (down to one layer per stage, where a review found the activation
+    offload term charging a layer's forward and backward with nothing offloaded)."""
+    m = catalog.load_model(model)
+    pp = min(pp, m.num_layers) if tp == 8 else min(pp, 8)     # whole 8-GPU nodes, or one smaller node
+    cluster = catalog.load_cluster("H100-SXM", num_gpus=tp * pp, gpus_per_node=min(8, tp * pp))
+    layout = Layout(tp=tp, pp=pp, dp=1, mbs=mbs, gbs=mbs * 4, seq_len=2048, zero=1, recompute=recompute,
+                    flash_attention=flash, precision=Precision.BF16)
+    framework = catalog.load_framework(fw)
+    assert estimate(m, cluster, framework, layout).time.offload == 0.0
+    batch = estimate_batch(m, cluster, framework, LayoutBatch.from_layouts([layout]))
+    assert float(batch.columns["time_offload"][0]) == 0.0
