@@ -58,8 +58,9 @@ def bands_dict(model, cluster, framework, layout, est) -> dict:
 def safe_first(idx, est_cols: dict, hbm_bytes: float, plan_of, model, cluster, framework, shown: bool = True):
     """Rule 1 of the tie-break, applied to the pick (issue 9: an OOM risk is not ranked as safe).
     `idx`: rows in rank order; `est_cols`: their estimate columns; `plan_of(row)`: the row's Plan.
-    When the first row is an OOM risk (upper memory band above the GPU's memory) and the best row
-    without OOM risk ties with it (step-time bands per token overlap), that row goes first and the
+    When the first row is an OOM risk (upper memory band above the GPU's memory) and a row without
+    OOM risk ties with it (step-time bands per token overlap; the best SAFE_CANDIDATES such rows are
+    tried in rank order, the first that ties is taken), that row goes first and the
     displaced one second (`shown`: the plan lists runner-ups, so it appears as #2). Returns (idx,
     displaced row or None, text for the plan's `why`)."""
     if not len(idx):
