@@ -395,3 +395,20 @@ def test_made_on_is_compared_as_the_catalog_names_it(tmp_path, probe_dir):
         f.write_text(yaml.safe_dump({"made_on": {"gpu": gpu}, "constants": {"compute_scale": 1.0}}))
         _one_error(CliRunner().invoke(main, ["estimate", plan, "--calibration", str(f)]),
                    "'made_on' must map gpu and framework to names")
+
+
+def test_calibration_benchmark_scale_bound_is_the_scatter_left_after_one_exact_factor():
+    """benchmarks/calibration.py's 'bound' column: predictions off by one common factor leave nothing
+    (any calibration of a speed scale removes that), and the scatter around the factor is what stays."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from calibration import scale_bound
+
+    class R:
+        def __init__(self, s):
+            self.measured_step_s = s
+
+    runs = [R(1.0), R(2.0), R(4.0)]
+    assert scale_bound([1.3, 2.6, 5.2], runs) == pytest.approx(0.0, abs=1e-12)
+    scattered = scale_bound([1.1, 1.8, 4.0], runs)
+    assert scattered > 0.03
+    assert scale_bound([x * 0.7 for x in (1.1, 1.8, 4.0)], runs) == pytest.approx(scattered)
