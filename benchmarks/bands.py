@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from costmodels import bands as B  # noqa: E402
 from costmodels.estimate import estimate  # noqa: E402
 from heldout import load_heldout  # noqa: E402
-from planner.validation import cases, evaluate, load_records  # noqa: E402
+from planner.validation import cases, comparable_step_s, evaluate, load_records  # noqa: E402
 
 BAND_FILE = ROOT / "costmodels" / "catalog" / "error_bands.yaml"
 THIN_RUNS, THIN_SOURCES = 20, 3     # a fitted constant below either is "thin" (rule 2)
@@ -203,7 +203,8 @@ def band_terms(table_fn, rows, records, prepared, report):
             r_lo, r_hi, _, _ = B.residual_offsets(comps, table)
             down, up, _ = B.thin_constant_offsets(case.model, case.cluster, case.framework, case.layout,
                                                   est.step_time_s, table)
-            out.append((source, est.step_time_s, row["measured"], r_lo, r_hi, down, up))
+            step = comparable_step_s(records[by_id[row["id"]]], case, est.step_time_s)
+            out.append((source, step, row["measured"], r_lo, r_hi, down, up))
     return out
 
 
