@@ -108,6 +108,9 @@ def _check_yaml_shape(text: str, what: str, path) -> None:
                 sizes[anchor] = size
             stack[-1][0] += size
         elif isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent)):
+            if isinstance(ev, yaml.AliasEvent) and any(level[1] == ev.anchor for level in stack):
+                raise SpecError(f"{what} file '{path}': alias *{str(ev.anchor)[:40]} refers to the mapping or "
+                                "list that contains it (a recursive alias); write the values out")
             size = sizes.get(ev.anchor, 1) if isinstance(ev, yaml.AliasEvent) else 1
             if isinstance(ev, yaml.ScalarEvent) and ev.anchor:
                 sizes[ev.anchor] = 1
@@ -210,7 +213,10 @@ def read_yaml_data(path: str | os.PathLike, what: str):
         raise SpecError(f"{what} file '{path}' holds a number too long to read; check the values") from None
     if data is None:
         raise SpecError(f"{what} file '{path}' is empty")
-    _check_values(data, what, path)
+    try:
+        _check_values(data, what, path)
+    except RecursionError:
+        raise SpecError(f"{what} file '{path}' is nested too deeply (or refers to itself)") from None
     return data
 
 
@@ -497,6 +503,14 @@ def check_known_keys(keys, known, what: str) -> None:
         raise SpecError(f"{what}: unknown key '{key}'{hint}")
 
 
+# Activations config.json files name that the cost model reads (silu/swish -> SwiGLU, the rest GeLU-like).
+_HF_ACTIVATIONS = frozenset({"silu", "swiglu", "swish", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh",
+                             "gelu_python", "quick_gelu", "relu"})
+_HF_NOT_DECODER = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "bert", "roberta",
+                             "deberta", "deberta-v2", "electra", "albert", "distilbert", "xlm-roberta", "whisper",
+                             "longt5", "switch_transformers", "encoder-decoder", "vision-encoder-decoder"})
+
+
 def _check_hf(d: dict) -> None:
     moe = [k for k in _MOE_KEYS if d.get(k) not in (None, 0, 1)]
     if moe:
@@ -516,6 +530,24 @@ def _check_hf(d: dict) -> None:
     for key in ("hidden_act", "activation_function"):
         if d.get(key) is not None and not isinstance(d[key], str):
             raise SpecError(f"config.json: {key} must be a string such as \"silu\", got {d[key]!r}")
+        if d.get(key) is not None and d[key].lower() not in _HF_ACTIVATIONS:
+            raise SpecError(f"config.json: {key} {d[key][:40]!r} is not an activation the planner models "
+                            f"({', '.join(sorted(_HF_ACTIVATIONS))})")
+    if "model_type" in d and not isinstance(d["model_type"], str):
+        raise SpecError(f"config.json: model_type must be a string such as \"llama\", got {d['model_type']!r}")
+    if d.get("is_encoder_decoder") is True or str(d.get("model_type", "")).lower() in _HF_NOT_DECODER:
+        raise SpecError(f"config.json describes an encoder or encoder-decoder model "
+                        f"({str(d.get('model_type', 'is_encoder_decoder'))[:40]}); the planner plans "
+                        "decoder-only GPT-style models")
+    for names in (("hidden_size", "n_embd", "d_model"), ("num_attention_heads", "n_head"),
+                  ("num_hidden_layers", "n_layer", "num_layers"), ("intermediate_size", "n_inner")):
+        given = {k: d[k] for k in names if d.get(k) is not None}
+        if len(set(map(repr, given.values()))) > 1:
+            raise SpecError(f"config.json gives {' and '.join(f'{k} = {v!r}' for k, v in given.items())}; "
+                            "keep one")
+    for key in _HF_INT_KEYS:
+        if isinstance(d.get(key), int) and not isinstance(d.get(key), bool) and d[key] < 1:
+            raise SpecError(f"config.json: {key} must be 1 or more, got {d[key]}")
 
 
 def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
@@ -537,14 +569,16 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     act = d.get("activation")
     if act is not None and "gated_mlp" not in data:
         data["gated_mlp"] = _ACTIVATIONS[str(act).lower()]
-    if "num_kv_heads" not in data and "num_heads" in data:
-        data["num_kv_heads"] = data["num_heads"]
-    if "ffn_hidden" not in data and "hidden" in data:
-        data["ffn_hidden"] = 4 * data["hidden"]
     data.setdefault("name", name or d.get("name") or "model")
     for key in ("num_layers", "hidden", "num_heads", "vocab", "max_seq_len"):
         if data.get(key) is None:
             raise SpecError(f"model {data['name']}: missing required field '{key}'")
+    if "num_kv_heads" not in data:
+        data["num_kv_heads"] = data["num_heads"]
+    if "ffn_hidden" not in data:
+        # 4 x hidden (the GPT default) only from a whole number; anything else ModelSpec refuses below
+        hidden = data["hidden"]
+        data["ffn_hidden"] = 4 * hidden if isinstance(hidden, int) and not isinstance(hidden, bool) else hidden
     try:
         return ModelSpec(**data)
     except TypeError as exc:

@@ -298,9 +298,10 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     total_tokens = parse_number(total_tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
     top_k = parse_number(top_k, what="top (plans to report)", low=1, high=1000, integer=True)
     seed = parse_number(seed, what="seed", low=0, high=2**32 - 1, integer=True)
-    if study_name is not None and (not str(study_name).strip() or "\0" in str(study_name)
+    if study_name is not None and (not str(study_name).strip() or not str(study_name).isprintable()
                                    or len(str(study_name)) > 200):
-        raise SpecError(f"study name must be a non-empty name of at most 200 characters, got {study_name!r}")
+        raise SpecError(f"study name must be a non-empty name of at most 200 printable characters (no "
+                        f"newline or escape sequence), got {study_name!r}")
     trials = parse_number(trials, what="trials (the Optuna study's target)", low=1, high=10**7, integer=True)
     request = SearchRequest(num_gpus=c.num_gpus, global_batch=global_batch,
                             global_batch_tokens=global_batch_tokens, seq_lens=seqs,

@@ -49,6 +49,15 @@ FRAMEWORK_CONSTANTS = ("iteration_overhead_s", "host_overhead_s")     # the rest
 
 # ---- applying a calibration ---------------------------------------------------------------------
 
+def _written_by_calibrate(path) -> bool:
+    """Whether `path` holds a calib.yaml as `planner calibrate` writes it (constants, provenance, runs)."""
+    try:
+        data = catalog.read_yaml_file(path, "calibration")
+    except SpecError:
+        return False
+    return all(isinstance(data.get(k), t) for k, t in (("constants", dict), ("provenance", dict), ("runs", list)))
+
+
 def load_calibration(path) -> dict:
     """calib.yaml -> {constant: value}; unknown or out-of-bounds constants are refused."""
     data = catalog.read_yaml_file(path, "calibration")
@@ -369,18 +378,16 @@ def _yaml_runs(p: Path) -> list[Run]:
         rules = _rules_of(rec, where)
         try:
             r = record_from_published(rec, rules=rules, source=None if rules is None else str(p))
+            if r is None or not r.measured_step_s:
+                raise SpecError("no measured step time (measured.step_time_s) or a GPU the catalog does not know")
+            case = case_from_dict(r.case)
+            structural_errors(case)
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
         except KeyError as exc:
             raise SpecError(f"{where}: missing field {exc} (../shared/validation/README.md)") from None
         except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:
             raise SpecError(f"{where}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
-        if r is None or not r.measured_step_s:
-            raise SpecError(f"{where}: no measured step time "
-                            "(measured.step_time_s) or a GPU the catalog does not know")
-        case = case_from_dict(r.case)
-        try:
-            structural_errors(case)
-        except SpecError as exc:
-            raise SpecError(f"{where}: {exc}") from None
         out.append(Run(r.id, r.source, case, float(r.measured_step_s)))
     return out
 
@@ -577,7 +584,8 @@ def calibrate(inputs, plan=None, out=None, fixed: tuple = (), force: bool = Fals
     read = list(inputs) + [r.source[len("log:"):] for r in runs if r.source.startswith("log:")]
     cal = fit(runs, fixed=fixed)
     if out is not None:
-        write_out_file(out, yaml.safe_dump(cal.to_dict(), sort_keys=False), force, inputs=read)
+        write_out_file(out, yaml.safe_dump(cal.to_dict(), sort_keys=False), force, inputs=read,
+                       ours=_written_by_calibrate, kind="calib.yaml")
     return cal
 
 

@@ -14,7 +14,7 @@ class CLIError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None):
-        text = self.format_message()
+        text = escaped(self.format_message())
         if len(text) > MAX_ERROR_CHARS:
             text = f"{text[:MAX_ERROR_CHARS - 220]} [... {len(text) - MAX_ERROR_CHARS + 20:,} characters ...] " \
                    f"{text[-200:]}"
@@ -26,11 +26,19 @@ class Interrupted(CLIError):
     exit_code = 130
 
 
+def escaped(text: str) -> str:
+    """One line a terminal shows as it is: a newline, an escape sequence or another non-printable
+    character (a value read from a file may hold any) is written as its Python escape (\\n, \\x1b)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
 def run_command(fn, *args, **kwargs):
-    """Call `fn`; a PlannerError becomes a CLIError (its first line), Ctrl-C an Interrupted."""
+    """Call `fn`; a PlannerError becomes a CLIError (shown on one line, whatever its values hold: a
+    newline inside a file's value must not cut off the fix the message ends with), Ctrl-C an
+    Interrupted."""
     try:
         return fn(*args, **kwargs)
     except PlannerError as exc:
-        raise CLIError(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__) from None
+        raise CLIError(str(exc) if str(exc) else exc.__class__.__name__) from None
     except KeyboardInterrupt:
         raise Interrupted("interrupted; nothing was written") from None

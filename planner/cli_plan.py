@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from pathlib import Path
 
 import click
 
@@ -174,6 +175,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
 
     def work():
         from .outdir import check_out_dir, default_storage
+        from .study import sqlite_file
         from .settings import USER_CACHE
         from costmodels.errors import SpecError
         inputs = _input_files(model, cluster)
@@ -185,6 +187,11 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             check_out_dir(out, force, inputs)
         choices = {k: _split(v) for k, v in knobs.items() if v is not None}
         store = storage or (default_storage(out) if out else USER_CACHE)
+        db = sqlite_file(storage) if (storage and out) else None
+        if db is not None and Path(out).resolve() in db.resolve().parents:
+            raise SpecError(f"--storage puts the Optuna study inside --out {out}, which the planner writes "
+                            "whole (and --force replaces); keep the database beside it (the default when "
+                            "--storage is not given: an .optuna.db file next to the folder)")
         reporter = Progress(show, "trials" if method == "optuna" else "blocks", lines=lines)
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,

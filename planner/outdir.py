@@ -104,11 +104,14 @@ def _not_written_by_planner(directory: Path) -> str:
     return ""
 
 
-def write_out_file(out, text: str, force: bool, inputs=()) -> None:
+def write_out_file(out, text: str, force: bool, inputs=(), ours=None, kind: str = "output") -> None:
     """Write one output file (calib.yaml) atomically: refuse a directory, a missing parent, one of
-    this run's inputs (even with --force) and an existing file without --force; write a temporary
-    file beside it and rename it over the target, so a failure or Ctrl-C leaves the old file whole.
-    The file gets the mode a plain write would (the old file's, or 0666 less the umask)."""
+    this run's inputs (even with --force), anything that is not a regular file (a device, a FIFO),
+    an existing file without --force, and, with --force, a file `ours(path)` does not recognise as
+    one this command wrote (so --force replaces an old calib.yaml, not a model file given by
+    mistake); write a temporary file beside it and rename it over the target, so a failure or Ctrl-C
+    leaves the old file whole. The file gets the mode a plain write would (the old file's, or 0666
+    less the umask)."""
     p, resolved = _resolved(out, "file")
     for ref in inputs:
         try:
@@ -119,8 +122,13 @@ def write_out_file(out, text: str, force: bool, inputs=()) -> None:
             raise SpecError(f"--out {out} is the input '{ref}'; write the calibration to another file")
     if p.is_dir():
         raise SpecError(f"--out {out} is a directory; give a file name such as {p / 'calib.yaml'}")
+    if p.exists() and not p.is_file():
+        raise SpecError(f"--out {out} exists and is not a regular file; give a new file name")
     if p.exists() and not force:
         raise SpecError(f"--out {out} already exists; pass --force to replace it")
+    if p.exists() and ours is not None and not ours(resolved):
+        raise SpecError(f"--out {out} is not a {kind} this command wrote, so --force does not replace it; "
+                        "give a new file name or remove it first")
     _check_parent(out, resolved)
     if resolved.exists():
         mode = resolved.stat().st_mode & 0o777

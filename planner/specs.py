@@ -143,6 +143,23 @@ def _bool(section: dict, key: str, what: str, default):
     return value
 
 
+def _name(section: dict, key: str, what: str, default: str, allow_bool: bool = False) -> str:
+    """A field that names a choice (precision, recompute, offload, sparsity, grad_comm): a non-empty
+    string (`recompute` also takes true / false, Megatron's --checkpoint-activations on or off), or
+    `default` when the field is absent. A number, a list or an empty string is refused, not read as
+    the default or as its text."""
+    value = section.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) and allow_bool:
+        return str(value).lower()
+    if not isinstance(value, str) or not value.strip():
+        hint = (" (YAML reads an unquoted 2:4 as the number 124: write '2:4' in quotes)"
+                if key == "sparsity" and value == 124 else "")
+        raise SpecError(f"{what}.{key} must be a name such as {default!r}, got {value!r}{hint}")
+    return value
+
+
 def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | None,
                      defaults: list[str] | None = None) -> Layout:
     """The `parallel` section -> Layout; missing fields take the knob table's defaults (recorded in
@@ -194,33 +211,37 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
     if seq is None:
         seq, why = default_seq_len(model)
         used.append(f"{what}.seq_len = {seq} ({why})")
-    zero = section[given("zero_stage")] if given("zero_stage") else None
+    zero = _int(section, given("zero_stage"), what) if given("zero_stage") else None
     if zero is None:
         zero = CASE_DEFAULTS["zero_stage"]
         used.append(f"{what}.zero_stage = {zero}")
-    precision = section.get("precision")
+    precision = _name(section, "precision", what, "bf16") if section.get("precision") is not None else None
     if precision is None:
         supports_bf16 = cluster is None or cluster.gpu.supports(Precision.BF16)
         precision = "bf16" if supports_bf16 else "fp16"
         used.append(f"{what}.precision = {precision}")
     flash_default = cluster is None or cluster.gpu.supports_flash
-    flash = section.get("flash_attention")
+    flash = _bool(section, "flash_attention", what, None)
     if flash is None:
         flash = flash_default
         used.append(f"{what}.flash_attention = {str(flash).lower()}")
     for key in _NOTED_LAST:
         if section.get(key) is None:
             used.append(f"{what}.{key} = {str(CASE_DEFAULTS[key]).lower()}")
-    sparsity = Sparsity.parse(section.get("sparsity") or CASE_DEFAULTS["sparsity"])
-    density = section.get("density", float(sparsity_density(sparsity.code)))
+    sparsity = Sparsity.parse(_name(section, "sparsity", what, CASE_DEFAULTS["sparsity"]))
+    density = section.get("density")
+    if density is None:
+        density = float(sparsity_density(sparsity.code))
+    elif isinstance(density, bool) or not isinstance(density, (int, float)):
+        raise SpecError(f"{what}.density must be a number between 0 and 1, got {density!r}")
     try:
         return Layout(
             tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq, zero=int(zero),
-            offload_optimizer=Offload.parse(section.get("offload_optimizer") or CASE_DEFAULTS["offload_optimizer"]),
-            offload_params=Offload.parse(section.get("offload_params") or CASE_DEFAULTS["offload_params"]),
-            offload_activations=Offload.parse(section.get("offload_activations")
-                                              or CASE_DEFAULTS["offload_activations"]),
-            recompute=Recompute.parse(section.get("recompute") or CASE_DEFAULTS["recompute"]),
+            offload_optimizer=Offload.parse(_name(section, "offload_optimizer", what, CASE_DEFAULTS["offload_optimizer"])),
+            offload_params=Offload.parse(_name(section, "offload_params", what, CASE_DEFAULTS["offload_params"])),
+            offload_activations=Offload.parse(_name(section, "offload_activations", what,
+                                                    CASE_DEFAULTS["offload_activations"])),
+            recompute=Recompute.parse(_name(section, "recompute", what, CASE_DEFAULTS["recompute"], allow_bool=True)),
             recompute_layers=_int(section, "recompute_layers", what, CASE_DEFAULTS["recompute_layers"]),
             first_stage_layers=_int(section, "first_stage_layers", what, CASE_DEFAULTS["first_stage_layers"]),
             last_stage_layers=_int(section, "last_stage_layers", what, CASE_DEFAULTS["last_stage_layers"]),
@@ -230,7 +251,7 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
             flash_attention=bool(flash),
             precision=Precision.parse(precision),
             sparsity=sparsity, density=float(density),
-            grad_comm=GradComm.parse(section.get("grad_comm") or CASE_DEFAULTS["grad_comm"]),
+            grad_comm=GradComm.parse(_name(section, "grad_comm", what, CASE_DEFAULTS["grad_comm"])),
         )
     except (TypeError, ValueError) as exc:
         raise SpecError(f"parallel: {exc}") from None

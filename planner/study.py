@@ -23,7 +23,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode
 
 from costmodels.errors import SpecError
 
@@ -80,32 +80,41 @@ def _hide_credentials(text: str) -> str:
     return f"{cred.split(':', 1)[0]}:***@{host}"
 
 
+def _is_sqlite(text: str) -> bool:
+    """sqlite:///x.db, and SQLAlchemy's driver forms (sqlite+pysqlite:///x.db)."""
+    return text.split(":", 1)[0].split("+", 1)[0].lower() == "sqlite"
+
+
+def _url_password(text: str) -> str | None:
+    """The password of a storage URL, read as generously as possible: everything between the user's
+    ':' and the last '@' (SQLAlchemy lets a password hold '/', '?' and '#', which ends urlsplit's
+    authority early, and it would leave the rest of a password with an '@' as the host)."""
+    rest = text.split("://", 1)[1] if "://" in text else text
+    cred = rest.rsplit("@", 1)[0] if "@" in rest else ""
+    return cred.split(":", 1)[1] if ":" in cred else None
+
+
 def public_storage(url: str | None) -> str:
     """The storage as it may appear in outputs and messages: no password, no local path."""
     if not url:
         return "in-memory"
     text = str(url)
-    if text.startswith("sqlite:"):
+    if _is_sqlite(text):
         path = text.split(":///", 1)[1] if ":///" in text else ""
         return f"sqlite:///{Path(path.split('?', 1)[0]).name}" if path else "sqlite://"
     if "://" not in text:          # not a URL: hide anything shaped like user:password@
         return _hide_credentials(text)
-    try:
-        parts = urlsplit(text)
-    except ValueError:
-        return "<storage URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, host = netloc.rsplit("@", 1)
-        if ":" in user:
-            user = user.split(":", 1)[0] + ":***"
-        netloc = f"{user}@{host}"
-    query = parts.query
+    scheme, rest = text.split("://", 1)
+    if "@" in rest:
+        cred, rest = rest.rsplit("@", 1)
+        rest = (cred.split(":", 1)[0] + ":***" if ":" in cred else cred) + "@" + rest
+    head, _, query = rest.split("#", 1)[0].partition("?")
     if query:
         secret = ("pass", "secret", "token", "key", "cert")
-        query = urlencode([(k, "***" if any(s in k.lower() for s in secret) else v)
+        query = urlencode([(k, "***" if any(x in k.lower() for x in secret) else v)
                            for k, v in parse_qsl(query, keep_blank_values=True)], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+        head = f"{head}?{query}"
+    return f"{scheme}://{head}"
 
 
 def stale_after() -> float:
@@ -141,11 +150,24 @@ def _serialise_sqlite(engine) -> None:
     engine.dispose()     # connections opened while the storage was set up predate the events
 
 
+def sqlite_file(url) -> Path | None:
+    """The database file of an SQLite storage URL (sqlite:///rel/x.db, sqlite:////abs/x.db), else None."""
+    text = str(url or "")
+    if not _is_sqlite(text) or ":///" not in text:
+        return None
+    path = text.split(":///", 1)[1].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
 def make_storage(optuna, url: str | None):
     """An Optuna storage for `url` (None: in memory) with heartbeats and, for SQLite, serialised access."""
     if not url:
         return None
-    is_sqlite = str(url).startswith("sqlite")
+    is_sqlite = _is_sqlite(str(url))
+    db = sqlite_file(url)
+    if db is not None and not db.parent.is_dir():
+        raise SpecError(f"--storage {public_storage(url)!r}: the folder '{db.parent.name or db.parent}' that "
+                        "should hold the SQLite file does not exist; create it, or give a file in an existing folder")
     kwargs = {"connect_args": {"timeout": 60}} if is_sqlite else {}
     for attempt in range(10):
         try:
@@ -178,6 +200,8 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
     except ImportError:
         raise SpecError(f"storage {shown!r} needs its database driver (for PostgreSQL: pip install "
                         "'llm-train-planner[postgres]', which brings psycopg)") from None
+    except SpecError:
+        raise
     except Exception as exc:   # noqa: BLE001 - SQLAlchemy / Optuna errors for a bad URL or an unreachable server
         raise SpecError(f"cannot open Optuna storage {shown!r}: {_first_line(exc, storage_url)}"
                         f"{_storage_hint(exc, storage_url)}") from None
@@ -278,8 +302,9 @@ def _first_line(exc, url) -> str:
         exc.__class__.__name__ if exc is not None else "unknown error"
     if url:
         text = text.replace(str(url), public_storage(url))
-        parts = urlsplit(str(url)) if "://" in str(url) else None
-        password = parts.password if parts is not None else _plain_password(str(url))
+        password = _url_password(str(url)) if "://" in str(url) else _plain_password(str(url))
         if password:
-            text = text.replace(password, "***")
+            for shown in {password, unquote(password)}:
+                if len(shown) >= 3:      # a shorter one would also blank unrelated letters of the message
+                    text = text.replace(shown, "***")
     return text

@@ -140,7 +140,9 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
         fw = "torchtitan-compile"            # torchtitan rows measured with torch.compile
     if rules.get("vocab") and m.get("vocab_size") is None:
         m["vocab_size"] = rules["vocab"]
-    m["vocab_size"] = _pad_vocab(int(m["vocab_size"]), int(p["tp"]), fw)
+    if isinstance(m["vocab_size"], bool) or not isinstance(m["vocab_size"], int):
+        raise SpecError(f"model.vocab_size must be a whole number, got {m['vocab_size']!r}")
+    m["vocab_size"] = _pad_vocab(m["vocab_size"], int(p["tp"]), fw)
     model = {
         "name": m["name"], "num_layers": m["num_layers"], "hidden_size": m["hidden_size"],
         "ffn_hidden_size": m["ffn_hidden_size"], "num_attention_heads": m["num_attention_heads"],
@@ -177,7 +179,7 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
             and not p.get("first_stage_layers") and (m["num_layers"] + 2) % p["pp"] == 0):
         edge = (m["num_layers"] + 2) // p["pp"] - 1          # BLOOM's 'type:transformer|embedding'
         parallel["first_stage_layers"] = parallel["last_stage_layers"] = edge
-    parallel["recompute"] = p.get("recompute") or rules.get("recompute", "none")
+    parallel["recompute"] = p["recompute"] if p.get("recompute") is not None else rules.get("recompute", "none")
     if rules.get("op_sac") and parallel["recompute"] == "selective":
         parallel["recompute"] = "full"
         stage = m["num_layers"] // p["pp"]
@@ -188,7 +190,7 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
             # published HFU / MFU ratio gives the checkpointed share of layers: 3 (HFU/MFU - 1).
             share = min(max(3.0 * (me["hfu"] / me["mfu"] - 1.0), 0.0), 1.0)
             parallel["recompute_layers"] = max(1, round(share * stage))
-    parallel["precision"] = p.get("precision") or rules.get("precision", "bf16")
+    parallel["precision"] = p["precision"] if p.get("precision") is not None else rules.get("precision", "bf16")
     flash = p.get("flash_attention")
     parallel["flash_attention"] = rules["flash"] if flash is None else flash
     sp = p.get("sequence_parallel")
@@ -234,7 +236,9 @@ def records_from_vtrain(path: Path, source: str = "vtrain") -> list[Record]:
     rules = SOURCES["vtrain"]
     out = []
     text = catalog.read_text_file(path, "validation data").lstrip("\ufeff")     # a regular file of <= 4 MiB
-    rows = list(csv.reader(text.splitlines()))
+    rows = [r for r in csv.reader(text.splitlines()) if r]
+    if len(rows) < 2 or not rows[0]:
+        raise SpecError(f"validation data {path.name} holds no rows under its header; restore the file")
     multi = rows[0][0].startswith("Parameters")
     for i, row in enumerate(rows[1:]):
         if not row:
@@ -390,6 +394,16 @@ def _read_records(path: Path, parse) -> list:
         raise SpecError(f"validation data {path.name} must hold a list of runs, not {type(items).__name__}")
     out = []
     for i, item in enumerate(items):
+        where = f"validation data {path.name}: run {i + 1}"
+        if isinstance(item, dict):
+            if not isinstance(item.get("id"), str) or not item["id"].strip():
+                raise SpecError(f"{where}: id must be a non-empty string, got {item.get('id')!r}")
+            par = item.get("parallel")
+            for key in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch"):
+                value = par.get(key) if isinstance(par, dict) else None
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                    raise SpecError(f"{where} ({item['id'][:60]}): parallel.{key} must be a whole number of "
+                                    f"1 or more (or null when the source does not say), got {value!r}")
         try:
             r = parse(item)
         except SpecError:

@@ -171,11 +171,13 @@ def parse_choice(name: str, values) -> tuple:
             out.append(int(bool(v)))
         else:
             try:
+                if isinstance(v, str) and not v.strip().isascii():
+                    raise ValueError      # int() reads other scripts' digits ('\u0662' is 2): refused
                 iv = int(v)
             except (TypeError, ValueError):
                 raise SpecError(f"{flag(name)} takes whole numbers, got {v!r}") from None
             if iv < BY_NAME[name].minimum:
-                raise SpecError(f"{flag(name)} must be positive, got {iv}")
+                raise SpecError(f"{flag(name)} must be {BY_NAME[name].minimum} or more, got {iv}")
             if iv > MAX_KNOB_VALUE:
                 raise SpecError(f"{flag(name)} {iv} is beyond any real layout (max {MAX_KNOB_VALUE:,})")
             out.append(iv)

@@ -20,7 +20,20 @@ def load_plan_json(path) -> dict:
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
         raise SpecError(f"'{path}' is not a plan.json written by `planner plan --out` "
                         f"(needs {', '.join(REQUIRED)})")
-    return data
+    return _printable(data)
+
+
+def _printable(x):
+    """Every string of a plan.json read back with control and other non-printable characters as '?'
+    (as the planner prints a model's name): what `explain` re-renders goes to a terminal and to
+    report.md, and an edited file may hold escape sequences in any field."""
+    if isinstance(x, str):
+        return x if x.isprintable() else "".join(c if c.isprintable() else "?" for c in x)
+    if isinstance(x, dict):
+        return {_printable(k): _printable(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_printable(v) for v in x]
+    return x
 
 
 def _bytes_per_s(value):

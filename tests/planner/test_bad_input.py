@@ -292,7 +292,7 @@ HOSTILE_TABLE = [
     ("--global-batch 10^20", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--global-batch",
                               "1" + "0" * 20], "beyond any real run"),
     ("validate: broken YAML", ["validate", "--data", "{d}/val_yaml", "--no-vtrain"], "is not valid YAML at line"),
-    ("validate: malformed run", ["validate", "--data", "{d}/val_record", "--no-vtrain"], "run 1 is malformed"),
+    ("validate: malformed run", ["validate", "--data", "{d}/val_record", "--no-vtrain"], "run 1: id must be a non-empty string"),
     ("validate: not a list", ["validate", "--data", "{d}/val_scalar", "--no-vtrain"], "must hold a list of runs"),
     # usage errors: one line too (issue 11 item 10)
     ("--gpus not a number", PLAN_ARGS + ["--gpus", "x"], "Invalid value for '--gpus'"),

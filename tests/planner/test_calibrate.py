@@ -242,8 +242,14 @@ def test_calibrate_out_never_replaces_an_input_or_an_existing_file(probe_dir, tm
         for force in ([], ["--force"]) if out != tmp_path / "calib.yaml" else ([],):
             _one_error(CliRunner().invoke(main, ["calibrate", str(log), "--out", str(out), *force]), *words)
             assert _tree(tmp_path) == before
-    r = CliRunner().invoke(main, ["calibrate", str(log), "--out", str(tmp_path / "calib.yaml"), "--force"])
-    assert r.exit_code == 0, r.output
+    # --force replaces a calibration only: "mine" is not one (it replaced any file, /dev/null included)
+    _one_error(CliRunner().invoke(main, ["calibrate", str(log), "--out", str(tmp_path / "calib.yaml"), "--force"]),
+               "not a calib.yaml this command wrote")
+    assert _tree(tmp_path) == before
+    (tmp_path / "calib.yaml").unlink()
+    for force in ([], ["--force"]):          # written, then replaced
+        r = CliRunner().invoke(main, ["calibrate", str(log), "--out", str(tmp_path / "calib.yaml"), *force])
+        assert r.exit_code == 0, r.output
     assert "constants" in yaml.safe_load((tmp_path / "calib.yaml").read_text())
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
     # a new file gets the mode a plain write gives it (mkstemp's 0600 made a team's calib.yaml private)

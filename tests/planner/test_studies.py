@@ -221,8 +221,18 @@ def test_an_sqlite_file_that_cannot_be_opened_says_what_would_fix_it(tmp_path):
     """SQLite's own words ("unable to open database file") named neither the cause nor the fix: a missing
     or read-only directory (SQLite writes a journal beside the file)."""
     line = one_error_line(CliRunner().invoke(main, ARGS + ["--storage", f"sqlite:///{tmp_path}/missing/x.db"]))
-    assert "unable to open database file" in line and "its directory writable" in line
+    assert "the folder 'missing' that should hold the SQLite file does not exist; create it" in line
     assert str(tmp_path) not in line
+    (tmp_path / "ro").mkdir()
+    os.chmod(tmp_path / "ro", 0o555)
+    try:
+        if os.access(tmp_path / "ro", os.W_OK):
+            pytest.skip("running as a user who may write anywhere (root)")
+        line = one_error_line(CliRunner().invoke(main, ARGS + ["--storage", f"sqlite:///{tmp_path}/ro/x.db"]))
+        assert "unable to open database file" in line and "its directory writable" in line
+        assert str(tmp_path) not in line
+    finally:
+        os.chmod(tmp_path / "ro", 0o755)
 
 
 @pytest.mark.skipif(not PG, reason="no PostgreSQL (scripts/postgres.sh)")

@@ -1,0 +1,216 @@
+"""Inputs a fuzzing review found getting through (2026-11-24): each one line on stderr, exit code 2, no
+traceback, nothing written or replaced. Every case here failed before its fix (a traceback, exit 0 with a
+silently coerced value, a password or a device replaced)."""
+import json
+import os
+import stat
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from planner.cli import main
+from planner.study import public_storage
+
+MODEL = "model: {name: tiny, num_layers: 4, hidden_size: 512, num_attention_heads: 8, vocab_size: 32000, seq_length: 1024}\n"
+CLUSTER = "cluster: {gpu: H100-SXM, num_gpus: 8}\n"
+
+
+def case(parallel_extra: str) -> str:
+    return MODEL + CLUSTER + "parallel: {tp: 2, micro_batch: 2, global_batch: 32, " + parallel_extra + "}\n"
+
+
+def model_file(hidden: str) -> str:
+    return f"name: tiny\nnum_layers: 4\nhidden_size: {hidden}\nnum_attention_heads: 8\nvocab_size: 32000\nseq_length: 1024\n"
+
+
+def hf(**kw) -> str:
+    base = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4,
+            "vocab_size": 32000}
+    base.update(kw)
+    return json.dumps(base)
+
+
+FILES = {
+    "self_list.yaml": "&a [*a]\n",
+    "self_map.yaml": "a: &a {b: *a}\n",
+    "hidden_null.yaml": model_file("null"),
+    "hidden_map.yaml": model_file("{}"),
+    "zero_half.yaml": case("zero_stage: 1.5"),
+    "zero_bool.yaml": case("zero_stage: true"),
+    "zero_str.yaml": case("zero_stage: '3'"),
+    "flash_word.yaml": case("flash_attention: maybe"),
+    "flash_list.yaml": case("flash_attention: [1]"),
+    "recompute_empty.yaml": case("recompute: ''"),
+    "sparsity_sexagesimal.yaml": case("sparsity: 2:4"),
+    "precision_zero.yaml": case("precision: 0"),
+    "density_bool.yaml": case("density: true"),
+    "offload_number.yaml": case("offload_optimizer: 1"),
+    "gpu_newline.yaml": MODEL + 'cluster: {gpu: "H100\\nX\\u001b]0;T\\u0007", num_gpus: 8}\nparallel: {tp: 2}\n',
+    "t5.json": hf(model_type="t5", is_encoder_decoder=True),
+    "bert.json": hf(model_type="bert"),
+    "type_number.json": hf(model_type=5),
+    "act.json": hf(hidden_act="foo"),
+    "ffn0.json": hf(intermediate_size=0),
+    "two_hidden.json": hf(model_type="gpt2", n_embd=768),
+}
+
+TABLE = [
+    ("recursive alias, runs file", ["calibrate", "{d}/self_list.yaml", "--out", "{d}/c.yaml"], "recursive alias"),
+    ("recursive alias, case", ["estimate", "{d}/self_map.yaml"], "recursive alias"),
+    ("hidden_size null", ["plan", "--model", "{d}/hidden_null.yaml", "--cluster", "H100-SXM", "--gpus", "8"],
+     "missing required field 'hidden'"),
+    ("hidden_size a mapping", ["plan", "--model", "{d}/hidden_map.yaml", "--cluster", "H100-SXM", "--gpus", "8"],
+     "hidden must be a positive integer, got {}"),
+    ("zero_stage 1.5", ["estimate", "{d}/zero_half.yaml"], "zero_stage must be a whole number, got 1.5"),
+    ("zero_stage true", ["estimate", "{d}/zero_bool.yaml"], "zero_stage must be a whole number, got True"),
+    ("zero_stage '3'", ["estimate", "{d}/zero_str.yaml"], "zero_stage must be a whole number, got '3'"),
+    ("flash_attention maybe", ["estimate", "{d}/flash_word.yaml"], "flash_attention must be true or false"),
+    ("flash_attention [1]", ["estimate", "{d}/flash_list.yaml"], "flash_attention must be true or false"),
+    ("recompute ''", ["estimate", "{d}/recompute_empty.yaml"], "recompute must be a name"),
+    ("sparsity 2:4 unquoted", ["estimate", "{d}/sparsity_sexagesimal.yaml"], "write '2:4' in quotes"),
+    ("precision 0", ["estimate", "{d}/precision_zero.yaml"], "precision must be a name such as 'bf16', got 0"),
+    ("density true", ["estimate", "{d}/density_bool.yaml"], "density must be a number"),
+    ("offload 1", ["estimate", "{d}/offload_number.yaml"], "offload_optimizer must be a name"),
+    ("newline in a value keeps the fix", ["estimate", "{d}/gpu_newline.yaml"],
+     "unknown GPU 'H100\\nX\\x1b]0;T\\x07': did you mean"),
+    ("encoder-decoder config.json", ["plan", "--model", "{d}/t5.json", "--cluster", "H100-SXM"], "encoder-decoder"),
+    ("encoder config.json", ["plan", "--model", "{d}/bert.json", "--cluster", "H100-SXM"], "encoder"),
+    ("model_type a number", ["plan", "--model", "{d}/type_number.json", "--cluster", "H100-SXM"],
+     "model_type must be a string"),
+    ("unknown activation", ["plan", "--model", "{d}/act.json", "--cluster", "H100-SXM"],
+     "hidden_act 'foo' is not an activation"),
+    ("intermediate_size 0", ["plan", "--model", "{d}/ffn0.json", "--cluster", "H100-SXM"],
+     "intermediate_size must be 1 or more"),
+    ("hidden_size and n_embd", ["plan", "--model", "{d}/two_hidden.json", "--cluster", "H100-SXM"],
+     "hidden_size = 512 and n_embd = 768; keep one"),
+    ("another script's digit", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--tp", "\u0662"],
+     "--tp takes whole numbers"),
+    ("--zero -1 says what is allowed", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--zero", "-1"],
+     "--zero must be 0 or more"),
+    ("control characters in a study name", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                            "--method", "optuna", "--study-name", "evil\x1b]0;T\x07\nFAKE"],
+     "printable characters"),
+    ("SQLite study inside --out", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                   "--global-batch", "64", "--method", "optuna", "--trials", "5",
+                                   "--storage", "sqlite:///{d}/job/study.db", "--out", "{d}/job"],
+     "inside --out"),
+    ("SQLite folder missing", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                               "--global-batch", "64", "--method", "optuna", "--trials", "5",
+                               "--storage", "sqlite:///{d}/nodir/study.db"], "does not exist; create it"),
+]
+
+
+@pytest.fixture
+def d(tmp_path):
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name,argv,fragment", TABLE, ids=[t[0] for t in TABLE])
+def test_fuzzed_input_is_one_clear_line(name, argv, fragment, d):
+    before = sorted(p.name for p in d.iterdir())
+    r = CliRunner().invoke(main, [a.replace("{d}", str(d)) for a in argv])
+    assert r.exit_code == 2, (r.output, r.stderr, r.exception)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert fragment in lines[0]
+    assert "\x1b" not in r.stderr and "Traceback" not in r.output + r.stderr
+    assert sorted(p.name for p in d.iterdir()) == before          # nothing written
+
+
+@pytest.mark.parametrize("url,shown", [
+    ("postgresql://fz:pa/ssword@127.0.0.1:54329/st", "postgresql://fz:***@127.0.0.1:54329/st"),
+    ("postgresql://fz:p/ss#w?rd@h/st", "postgresql://fz:***@h/st"),
+    ("sqlite+pysqlite:////home/alice/db1.sqlite", "sqlite:///db1.sqlite"),
+])
+def test_passwords_with_slashes_and_driver_sqlite_urls_stay_hidden(url, shown):
+    assert public_storage(url) == shown
+
+
+def test_a_password_with_a_slash_is_not_echoed_by_a_connection_error():
+    from planner.study import _first_line
+    url = "postgresql://fz:pa/SECRET9@db/st"
+    shown = _first_line(Exception(f"password authentication failed for {url}; tried pa/SECRET9"), url)
+    assert "SECRET9" not in shown and "postgresql://fz:***@db/st" in shown
+
+
+def _calib_run(tmp_path):
+    """One runs-file record the calibration accepts (a Megatron-Core functional-test row)."""
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump([{
+        "id": "probe-1", "framework": "megatron-core",
+        "model": {"name": "m", "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 16384,
+                  "num_attention_heads": 32, "num_kv_heads": 8, "vocab_size": 131072, "seq_length": 8192,
+                  "activation": "gelu"},
+        "cluster": {"gpu": "H100-SXM", "num_gpus": 8, "gpus_per_node": 8},
+        "parallel": {"tp": 1, "pp": 4, "dp": 2, "cp": 1, "vpp": 8, "micro_batch": 1, "global_batch": 8,
+                     "zero_stage": 1, "recompute": "none", "precision": "bf16"},
+        "measured": {"step_time_s": 1.151}}]))
+    return runs
+
+
+def test_calibrate_force_replaces_a_calibration_only(tmp_path):
+    runs = _calib_run(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    model = tmp_path / "model.yaml"
+    model.write_text(model_file("512"))
+    calib = tmp_path / "calib.yaml"
+    for target, fragment in ((fifo, "not a regular file"), (model, "not a calib.yaml this command wrote")):
+        r = CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(target), "--force"])
+        assert r.exit_code == 2 and fragment in r.stderr, r.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and model.read_text() == model_file("512")
+    for _ in range(2):                  # written, then replaced with --force
+        r = CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(calib), "--force"])
+        assert r.exit_code == 0, r.stderr
+    assert "constants" in yaml.safe_load(calib.read_text())
+
+
+@pytest.mark.parametrize("where,value,fragment", [
+    ("model", ("vocab_size", 2.5), "model.vocab_size must be a whole number, got 2.5"),
+    ("model", ("vocab_size", True), "model.vocab_size must be a whole number, got True"),
+    ("parallel", ("precision", 0), "parallel.precision must be a name such as 'bf16', got 0"),
+    ("parallel", ("recompute", ""), "parallel.recompute must be a name"),
+])
+def test_runs_file_values_are_checked_like_a_case(tmp_path, where, value, fragment):
+    runs = _calib_run(tmp_path)
+    data = yaml.safe_load(runs.read_text())
+    data[0][where][value[0]] = value[1]
+    runs.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and fragment in r.stderr and "record 1" in r.stderr, r.stderr
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_explain_shows_no_escape_sequence_from_an_edited_plan(tmp_path):
+    out = tmp_path / "job"
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "64", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads((out / "plan.json").read_text())
+    data["runner_ups"][0]["layout"]["recompute"] = "none\x1b]0;TITLE\x07"
+    data["defaults_used"] = ["\x1b[2J cleared"]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    r = CliRunner().invoke(main, ["explain", str(edited)])
+    assert "\x1b" not in r.output + r.stderr and "\x07" not in r.output
+
+
+def test_validate_names_the_field_of_a_malformed_run(tmp_path, validation_dir):
+    import shutil
+    data = tmp_path / "v"
+    shutil.copytree(validation_dir, data)
+    runs = yaml.safe_load((data / "published_dev.yaml").read_text())
+    for mutate, fragment in ((lambda r: r["parallel"].__setitem__("tp", 0), "parallel.tp must be a whole number of 1"),
+                             (lambda r: r.__setitem__("id", None), "id must be a non-empty string")):
+        bad = [dict(x, parallel=dict(x["parallel"])) for x in runs]
+        mutate(bad[0])
+        (data / "published_dev.yaml").write_text(yaml.safe_dump(bad))
+        r = CliRunner().invoke(main, ["validate", "--data", str(data)])
+        assert r.exit_code == 2 and fragment in r.stderr and "run 1" in r.stderr, r.stderr
+    (data / "published_dev.yaml").write_text(yaml.safe_dump(runs))
+    (data / "vtrain" / "ground_truth_single.csv").write_text("")
+    r = CliRunner().invoke(main, ["validate", "--data", str(data)])
+    assert r.exit_code == 2 and "holds no rows" in r.stderr, r.stderr
