@@ -42,7 +42,8 @@ def runs_of(records, overrides=None) -> list[Run]:
     prepared = cases(records)
     if overrides is not None:
         prepared = [overrides(c) for c in prepared]
-    return [Run(r.id, r.source, c, float(r.measured_step_s)) for r, c in zip(records, prepared)]
+    return [Run(r.id, r.source, c, float(r.measured_step_s), step_excludes=r.step_excludes)
+            for r, c in zip(records, prepared)]
 
 
 def mape(pred, runs) -> float:

@@ -318,6 +318,9 @@ class Run:
     case: object
     measured_step_s: float
     memory_mb: dict | None = None
+    # parts of the model's step the measurement does not contain (planner.validation.Record.step_excludes;
+    # benchmarks only: vTrain's assembled single-node times hold no per-step overhead)
+    step_excludes: tuple = ()
 
 
 def load_runs(inputs, plan=None) -> list[Run]:
@@ -430,6 +433,9 @@ def predict(runs: list[Run], constants: dict) -> np.ndarray:
         batch = estimate_batch(first.model, first.cluster, first.framework,
                                LayoutBatch.from_layouts([prepared[i].layout for i in idx]))
         out[idx] = np.asarray(batch.step_time_s, dtype=float)
+    for i, run in enumerate(runs):
+        if "iteration_overhead" in run.step_excludes:
+            out[i] -= prepared[i].framework.iteration_overhead_s
     return out
 
 

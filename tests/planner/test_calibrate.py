@@ -418,3 +418,21 @@ def test_calibration_benchmark_scale_bound_is_the_scatter_left_after_one_exact_f
     scattered = scale_bound([1.1, 1.8, 4.0], runs)
     assert scattered > 0.03
     assert scale_bound([x * 0.7 for x in (1.1, 1.8, 4.0)], runs) == pytest.approx(scattered)
+
+
+def test_a_run_measured_without_the_per_step_overhead_is_predicted_without_it(validation_dir):
+    """benchmarks/calibration.py (a) calibrates on vTrain's single-node rows, which hold no per-step
+    overhead (planner.validation.VTRAIN_SINGLE_EXCLUDES): the prediction drops it, and a calibration
+    cannot see (so keeps) the overhead constant."""
+    from planner.validation import cases, load_records
+
+    rec = next(r for r in load_records(validation_dir) if r.source == "vtrain")
+    case = cases([rec])[0]
+    plain = Run(rec.id, rec.source, case, rec.measured_step_s)
+    bare = Run(rec.id, rec.source, case, rec.measured_step_s, step_excludes=rec.step_excludes)
+    prior = {"compute_scale": 1.0, "network_efficiency": case.cluster.network_efficiency,
+             "iteration_overhead_s": case.framework.iteration_overhead_s,
+             "host_overhead_s": case.framework.host_overhead_s}
+    assert predict([plain], prior)[0] - predict([bare], prior)[0] == pytest.approx(
+        case.framework.iteration_overhead_s, rel=1e-9)
+    assert "iteration_overhead_s" not in fit([bare, bare]).refitted
