@@ -49,6 +49,9 @@ FRAMEWORK_CONSTANTS = ("iteration_overhead_s", "host_overhead_s")     # the rest
 
 # ---- applying a calibration ---------------------------------------------------------------------
 
+CALIB_KEYS = {"version", "made_on", "constants", "provenance", "runs", "mape_before", "mape_after"}
+
+
 def _written_by_calibrate(path) -> bool:
     """Whether `path` holds a calib.yaml as `planner calibrate` writes it (constants, provenance, runs)."""
     try:
@@ -61,6 +64,7 @@ def _written_by_calibrate(path) -> bool:
 def load_calibration(path) -> dict:
     """calib.yaml -> {constant: value}; unknown or out-of-bounds constants are refused."""
     data = catalog.read_yaml_file(path, "calibration")
+    catalog.check_known_keys(data, CALIB_KEYS, f"calibration file '{path}'")
     if not isinstance(data.get("constants"), dict):
         raise SpecError(f"calibration file '{path}' has no 'constants' mapping (write it with `planner calibrate`)")
     if data.get("version", 1) != 1 or isinstance(data.get("version"), bool):

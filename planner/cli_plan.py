@@ -126,6 +126,9 @@ class Progress:
         sys.stderr.flush()
 
 
+MAX_PROBE = 1000        # as many as --top may report (planner.api)
+
+
 @click.command()
 @click.option("--model", required=True, help="Model preset, YAML file or Hugging Face config.json.")
 @click.option("--cluster", required=True, help="GPU name from the catalog (nodes of 8) or a cluster YAML.")
@@ -179,8 +182,8 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         from .settings import USER_CACHE
         from costmodels.errors import SpecError
         inputs = _input_files(model, cluster)
-        if probe < 0:
-            raise SpecError(f"--probe must be a number of candidates (0 or more), got {probe}")
+        if not 0 <= probe <= MAX_PROBE:
+            raise SpecError(f"--probe takes a number of candidates from 0 to {MAX_PROBE:,}, got {probe}")
         if probe and not out:
             raise SpecError("--probe writes probe.sh into the job directory: it needs --out DIR")
         if out is not None:

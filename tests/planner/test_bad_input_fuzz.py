@@ -95,6 +95,9 @@ TABLE = [
                                    "--global-batch", "64", "--method", "optuna", "--trials", "5",
                                    "--storage", "sqlite:///{d}/job/study.db", "--out", "{d}/job"],
      "inside --out"),
+    ("--probe beyond what --top reports", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                          "--global-batch", "64", "--probe", "5000", "--out", "{d}/job"],
+     "--probe takes a number of candidates from 0 to 1,000, got 5000"),
     ("SQLite folder missing", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
                                "--global-batch", "64", "--method", "optuna", "--trials", "5",
                                "--storage", "sqlite:///{d}/nodir/study.db"], "does not exist; create it"),
@@ -214,3 +217,18 @@ def test_validate_names_the_field_of_a_malformed_run(tmp_path, validation_dir):
     (data / "vtrain" / "ground_truth_single.csv").write_text("")
     r = CliRunner().invoke(main, ["validate", "--data", str(data)])
     assert r.exit_code == 2 and "holds no rows" in r.stderr, r.stderr
+
+
+def test_a_calibration_file_with_an_unknown_key_is_refused(tmp_path):
+    runs = _calib_run(tmp_path)
+    calib = tmp_path / "calib.yaml"
+    assert CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(calib)]).exit_code == 0
+    data = yaml.safe_load(calib.read_text())
+    data["constants_extra"] = {"compute_scale": 2.0}
+    calib.write_text(yaml.safe_dump(data))
+    case = tmp_path / "case.yaml"
+    case.write_text("model: {name: m, num_layers: 32, hidden_size: 4096, ffn_hidden_size: 16384, num_attention_heads: 32, "
+                    "num_kv_heads: 8, vocab_size: 131072, seq_length: 8192}\ncluster: {gpu: H100-SXM, num_gpus: 8}\n"
+                    "framework: megatron-core\nparallel: {tp: 1, pp: 4, dp: 2, micro_batch: 1, global_batch: 8}\n")
+    r = CliRunner().invoke(main, ["estimate", str(case), "--calibration", str(calib)])
+    assert r.exit_code == 2 and "unknown key 'constants_extra'" in r.stderr, r.stderr
