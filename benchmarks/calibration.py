@@ -159,6 +159,12 @@ def main(argv=None) -> int:
     return 0
 
 
+def mean_within(groups: dict, key: str) -> tuple[float, int]:
+    """Mean of `key` over the groups, and how many groups have it at 5% or less."""
+    values = [v[key] for v in groups.values()]
+    return float(np.mean(values)), sum(x <= 0.05 for x in values)
+
+
 def section(title, b, unit="sources") -> dict:
     print(title + ": calibrate on one run, predict the rest (mean over the choice of run)")
     print("    ('3 runs': calibrated on 3 of its runs; 'bound': the error left once one speed factor fits all its"
@@ -168,21 +174,17 @@ def section(title, b, unit="sources") -> dict:
         three = "-" if v["mape_after_3"] is None else f"{v['mape_after_3']:.1%}"
         print(f"    {s:28s} {v['runs']:4d} {v['mape_before']:8.1%} {v['mape_after']:8.1%}  "
               f"{v['runs_improved']:>3d}/{v['runs']:<3d} {three:>7s} {v['mape_scale_bound']:7.1%}")
-    mb = float(np.mean([v["mape_before"] for v in b.values()]))
-    ma = float(np.mean([v["mape_after"] for v in b.values()]))
-    mbound = float(np.mean([v["mape_scale_bound"] for v in b.values()]))
-    within = sum(v["mape_after"] <= 0.05 for v in b.values())
-    within_bound = sum(v["mape_scale_bound"] <= 0.05 for v in b.values())
+    mb, _ = mean_within(b, "mape_before")
+    ma, within = mean_within(b, "mape_after")
+    mbound, within_bound = mean_within(b, "mape_scale_bound")
     print(f"    mean of {unit}: {mb:.1%} -> {ma:.1%}; {within} of {len(b)} {unit} within 5% after; "
           f"bound {mbound:.1%}, {within_bound} of {len(b)} within 5% even with the exact factor")
     out = {unit: b, "mean_before": mb, "mean_after": ma, f"{unit}_within_5pct": within,
            "mean_scale_bound": mbound, f"{unit}_within_5pct_at_bound": within_bound}
     three = {s: v for s, v in b.items() if v["mape_after_3"] is not None}
     if three:
-        one3 = float(np.mean([v["mape_after"] for v in three.values()]))
-        m3 = float(np.mean([v["mape_after_3"] for v in three.values()]))
-        w3 = sum(v["mape_after_3"] <= 0.05 for v in three.values())
-        w1 = sum(v["mape_after"] <= 0.05 for v in three.values())
+        one3, w1 = mean_within(three, "mape_after")
+        m3, w3 = mean_within(three, "mape_after_3")
         print(f"    the {len(three)} {unit} with at least 4 runs: one calibration run {one3:.1%} ({w1} within 5%), "
               f"three {m3:.1%} ({w3} within 5%)")
         out.update({"groups_with_3": len(three), "mean_after_1_same_groups": one3, "mean_after_3": m3,
