@@ -18,8 +18,8 @@ per-step overhead; those no calibration run responds to are kept).
 on its own (a calibration describes one cluster; `planner calibrate` refuses runs of two GPUs).
 Two more columns say what more runs, or a perfect calibration, would give: '3 runs' calibrates on 3
 runs of the group and predicts the rest; 'bound' divides the uncalibrated predictions of all the
-group's runs by the one factor that matches them best (their geometric mean ratio): what is left is
-the model's scatter within the cluster, which a calibration of a speed scale cannot remove.
+group's runs (of its most common framework) by the one factor that gives the smallest MAPE: what is
+left is the model's scatter within the cluster, which a single speed scale cannot remove.
 """
 from __future__ import annotations
 
@@ -93,31 +93,42 @@ def per_source(records, loso_refits=None, by_cluster=False) -> dict:
             out[key] = {"runs": len(runs), "mape_before": float(np.mean(before)),
                         "mape_after": float(np.mean(after)),
                         "runs_improved": int(sum(a < b for a, b in zip(after, before))),
-                        "mape_scale_bound": scale_bound(predict(runs, current_constants(runs[0].case)), runs),
+                        "mape_scale_bound": _bound(one_framework(runs)),
                         # three runs of two GPUs are one calibration planner calibrate refuses
                         "mape_after_3": after_k(runs, 3) if by_cluster else None}
     return out
 
 
 def scale_bound(pred, runs) -> float:
-    """MAPE left after dividing every prediction by the one factor that best matches these runs (their
-    geometric mean of predicted / measured): what a calibration of a single speed scale could reach if
-    it knew that factor exactly. What remains is the model's scatter within the cluster, which no
-    calibration of cluster-wide constants removes (only the pattern of a network or overhead constant
-    across the runs could, and those are the same for every run of a cluster)."""
+    """The smallest MAPE any one factor applied to every prediction reaches on these runs: what a
+    calibration of a single speed scale could reach if it knew the best factor. MAPE(c) = mean
+    |r_i / c - 1| with r the predicted / measured ratios is linear in 1/c between two sorted ratios, so
+    its minimum lies at one of them. What remains is the model's scatter within the cluster that one
+    scale cannot remove (planner calibrate also fits network and overhead constants, which can change
+    the shape of the errors across runs a little: see README)."""
     ratio = np.asarray(pred) / np.array([r.measured_step_s for r in runs])
-    return float(np.mean(np.abs(ratio / np.exp(np.mean(np.log(ratio))) - 1.0)))
+    return float(min(np.mean(np.abs(ratio / c - 1.0)) for c in ratio))
+
+
+def _bound(runs) -> float:
+    return scale_bound(predict(runs, current_constants(runs[0].case)), runs)
+
+
+def one_framework(runs) -> list:
+    """The runs of the group's most common framework: a calibration describes one framework (planner
+    calibrate refuses two), and torchtitan's eager and compiled runs are two."""
+    by_fw: dict[str, list] = {}
+    for r in runs:
+        by_fw.setdefault(r.case.framework.name, []).append(r)
+    return max(by_fw.values(), key=len)
 
 
 def after_k(runs, k: int, subsets: int = 10):
     """MAPE on the other runs after calibrating on k of them (mean over up to `subsets` choices: runs
     i, i+s, i+2s with s = len // k, for i = 0, 1, ...); None where fewer than k + 1 runs exist. A
     calibration describes one framework too, so only the runs of the group's most common framework
-    take part (torchtitan's compiled and eager runs are two)."""
-    by_fw: dict[str, list] = {}
-    for r in runs:
-        by_fw.setdefault(r.case.framework.name, []).append(r)
-    runs = max(by_fw.values(), key=len)
+    take part (`one_framework`)."""
+    runs = one_framework(runs)
     if len(runs) <= k:
         return None
     stride = len(runs) // k
@@ -167,8 +178,8 @@ def mean_within(groups: dict, key: str) -> tuple[float, int]:
 
 def section(title, b, unit="sources") -> dict:
     print(title + ": calibrate on one run, predict the rest (mean over the choice of run)")
-    print("    ('3 runs': calibrated on 3 of its runs; 'bound': the error left once one speed factor fits all its"
-          " runs exactly, the model's own scatter in that cluster, which no calibration of a scale removes)")
+    print("    ('3 runs': calibrated on 3 of its runs; 'bound': the error left with the best single speed factor"
+          " for all its runs (one framework), the model's own scatter in that cluster that one scale cannot remove)")
     print(f"    {'source':28s} {'runs':>4s} {'before':>8s} {'after':>8s}  better  {'3 runs':>7s} {'bound':>7s}")
     for s, v in b.items():
         three = "-" if v["mape_after_3"] is None else f"{v['mape_after_3']:.1%}"

@@ -267,6 +267,8 @@ def provenance(records, parameters=PARAMETERS):
             hit = [r for r in hit if r.case["parallel"].get("flash_attention")]
         elif p.field == "fp8_gemm_speedup":
             hit = [r for r in hit if r.case["parallel"].get("precision") == "fp8"]
+        elif p.field == "iteration_overhead_s":      # not in runs measured without it (vTrain single-node)
+            hit = [r for r in hit if "iteration_overhead" not in r.step_excludes]
         out.append((len(hit), sorted({r.source for r in hit})))
     return out
 

@@ -503,12 +503,19 @@ def check_known_keys(keys, known, what: str) -> None:
         raise SpecError(f"{what}: unknown key '{key}'{hint}")
 
 
-# Activations config.json files name that the cost model reads (silu/swish -> SwiGLU, the rest GeLU-like).
-_HF_ACTIVATIONS = frozenset({"silu", "swiglu", "swish", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh",
-                             "gelu_python", "quick_gelu", "relu"})
+# Activations config.json files name (transformers' ACT2FN and the GLU names): silu / swish / swiglu /
+# geglu / reglu are gated MLPs (3 weight matrices), the rest one elementwise function between 2.
+_HF_GATED_ACTIVATIONS = frozenset({"silu", "swiglu", "swish", "geglu", "reglu"})
+_HF_ACTIVATIONS = _HF_GATED_ACTIVATIONS | frozenset({
+    "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate", "gelu_10", "quick_gelu",
+    "relu", "relu2", "relu6", "squared_relu", "leaky_relu", "tanh", "sigmoid", "mish", "linear", "xielu",
+    "laplace", "prelu"})
+# Gemma's MLP is gated (GeGLU) although its config names the plain function (gelu_pytorch_tanh)
+_HF_GATED_TYPES = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 _HF_NOT_DECODER = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "bert", "roberta",
                              "deberta", "deberta-v2", "electra", "albert", "distilbert", "xlm-roberta", "whisper",
-                             "longt5", "switch_transformers", "encoder-decoder", "vision-encoder-decoder"})
+                             "longt5", "switch_transformers", "encoder-decoder", "vision-encoder-decoder",
+                             "nllb", "nllb-moe", "led", "modernbert", "mpnet", "camembert", "xlm"})
 
 
 def _check_hf(d: dict) -> None:
@@ -598,7 +605,7 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
         if value is None:
             raise SpecError(f"{what}: missing '{key}'")
     act = str(get("hidden_act", "activation_function", default="gelu")).lower()
-    gated = act in ("silu", "swiglu", "swish") and mt != "gpt_neox"
+    gated = (act in _HF_GATED_ACTIVATIONS or mt in _HF_GATED_TYPES) and mt != "gpt_neox"
     ffn = get("intermediate_size", "n_inner", default=None) or 4 * hidden
     gpt2 = mt == "gpt2"
     norm = "rmsnorm" if ("rms_norm_eps" in d or mt in ("llama", "mistral", "qwen2", "qwen3", "gemma")) else "layernorm"

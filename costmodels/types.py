@@ -86,7 +86,8 @@ class Sparsity(_Coded):
 
 
 Sparsity._CODES = {"dense": 0, "2:4": 1, "unstructured": 2}
-Sparsity._ALIASES = {"none": "dense", "2to4": "2:4", "structured": "2:4"}
+Sparsity._ALIASES = {"none": "dense", "false": "dense", "off": "dense", "no": "dense", "2to4": "2:4",
+                     "structured": "2:4"}
 
 
 class GradComm(_Coded):

@@ -145,7 +145,9 @@ def _bool(section: dict, key: str, what: str, default):
 
 def _name(section: dict, key: str, what: str, default: str, allow_bool: bool = False) -> str:
     """A field that names a choice (precision, recompute, offload, sparsity, grad_comm): a non-empty
-    string (`recompute` also takes true / false, Megatron's --checkpoint-activations on or off), or
+    string (`recompute`, the offloads and `sparsity` also take YAML's true / false / off / no, read as
+    their documented aliases: recompute true = full, false = none; offload and sparsity false = none /
+    dense, true refused by the parser), or
     `default` when the field is absent. A number, a list or an empty string is refused, not read as
     the default or as its text."""
     value = section.get(key)
@@ -228,7 +230,7 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
     for key in _NOTED_LAST:
         if section.get(key) is None:
             used.append(f"{what}.{key} = {str(CASE_DEFAULTS[key]).lower()}")
-    sparsity = Sparsity.parse(_name(section, "sparsity", what, CASE_DEFAULTS["sparsity"]))
+    sparsity = Sparsity.parse(_name(section, "sparsity", what, CASE_DEFAULTS["sparsity"], allow_bool=True))
     density = section.get("density")
     if density is None:
         density = float(sparsity_density(sparsity.code))
@@ -237,10 +239,12 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
     try:
         return Layout(
             tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq, zero=int(zero),
-            offload_optimizer=Offload.parse(_name(section, "offload_optimizer", what, CASE_DEFAULTS["offload_optimizer"])),
-            offload_params=Offload.parse(_name(section, "offload_params", what, CASE_DEFAULTS["offload_params"])),
+            offload_optimizer=Offload.parse(_name(section, "offload_optimizer", what, CASE_DEFAULTS["offload_optimizer"],
+                                                  allow_bool=True)),
+            offload_params=Offload.parse(_name(section, "offload_params", what, CASE_DEFAULTS["offload_params"],
+                                               allow_bool=True)),
             offload_activations=Offload.parse(_name(section, "offload_activations", what,
-                                                    CASE_DEFAULTS["offload_activations"])),
+                                                    CASE_DEFAULTS["offload_activations"], allow_bool=True)),
             recompute=Recompute.parse(_name(section, "recompute", what, CASE_DEFAULTS["recompute"], allow_bool=True)),
             recompute_layers=_int(section, "recompute_layers", what, CASE_DEFAULTS["recompute_layers"]),
             first_stage_layers=_int(section, "first_stage_layers", what, CASE_DEFAULTS["first_stage_layers"]),

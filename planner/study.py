@@ -85,13 +85,25 @@ def _is_sqlite(text: str) -> bool:
     return text.split(":", 1)[0].split("+", 1)[0].lower() == "sqlite"
 
 
+def _split_credentials(rest: str) -> tuple[str | None, str]:
+    """`user:password@host/db?query` (the text after '://') -> ('user:password', 'host/db?query'), or
+    (None, rest) without credentials. The '@' that ends them is the last one followed by a host, i.e.
+    by text up to the next '/' without '=', '&' or '?': SQLAlchemy lets a password hold '/', '?', '#'
+    and '@' (which end urlsplit's authority early), and a query may hold an '@' too (an e-mail user)."""
+    for at in reversed([i for i, ch in enumerate(rest) if ch == "@"]):
+        host = rest[at + 1:].split("/", 1)[0]
+        if not any(ch in host for ch in "=&?"):
+            return rest[:at], rest[at + 1:]
+    return None, rest
+
+
 def _url_password(text: str) -> str | None:
-    """The password of a storage URL, read as generously as possible: everything between the user's
-    ':' and the last '@' (SQLAlchemy lets a password hold '/', '?' and '#', which ends urlsplit's
-    authority early, and it would leave the rest of a password with an '@' as the host)."""
-    rest = text.split("://", 1)[1] if "://" in text else text
-    cred = rest.rsplit("@", 1)[0] if "@" in rest else ""
-    return cred.split(":", 1)[1] if ":" in cred else None
+    """The password of a storage URL (`_split_credentials`), or None."""
+    cred, _ = _split_credentials(text.split("://", 1)[1] if "://" in text else text)
+    return cred.split(":", 1)[1] if cred is not None and ":" in cred else None
+
+
+SECRET_KEYS = ("pass", "secret", "token", "key", "cert")
 
 
 def public_storage(url: str | None) -> str:
@@ -105,13 +117,12 @@ def public_storage(url: str | None) -> str:
     if "://" not in text:          # not a URL: hide anything shaped like user:password@
         return _hide_credentials(text)
     scheme, rest = text.split("://", 1)
-    if "@" in rest:
-        cred, rest = rest.rsplit("@", 1)
+    cred, rest = _split_credentials(rest)
+    if cred is not None:
         rest = (cred.split(":", 1)[0] + ":***" if ":" in cred else cred) + "@" + rest
     head, _, query = rest.split("#", 1)[0].partition("?")
     if query:
-        secret = ("pass", "secret", "token", "key", "cert")
-        query = urlencode([(k, "***" if any(x in k.lower() for x in secret) else v)
+        query = urlencode([(k, "***" if any(x in k.lower() for x in SECRET_KEYS) else v)
                            for k, v in parse_qsl(query, keep_blank_values=True)], safe="*")
         head = f"{head}?{query}"
     return f"{scheme}://{head}"
@@ -151,7 +162,8 @@ def _serialise_sqlite(engine) -> None:
 
 
 def sqlite_file(url) -> Path | None:
-    """The database file of an SQLite storage URL (sqlite:///rel/x.db, sqlite:////abs/x.db), else None."""
+    """The database file of an SQLite storage URL (sqlite:///rel/x.db, sqlite:////abs/x.db), else None
+    (SQLite URLs hold no credentials, so the path is everything after ':///' up to a query)."""
     text = str(url or "")
     if not _is_sqlite(text) or ":///" not in text:
         return None
@@ -303,8 +315,14 @@ def _first_line(exc, url) -> str:
     if url:
         text = text.replace(str(url), public_storage(url))
         password = _url_password(str(url)) if "://" in str(url) else _plain_password(str(url))
-        if password:
-            for shown in {password, unquote(password)}:
-                if len(shown) >= 3:      # a shorter one would also blank unrelated letters of the message
+        secrets = [password] if password else []
+        if "?" in str(url):              # secret query values (password=...), as public_storage hides them
+            secrets += [v for k, v in parse_qsl(str(url).rsplit("?", 1)[1], keep_blank_values=True)
+                        if any(x in k.lower() for x in SECRET_KEYS)]
+        for secret in secrets:
+            for shown in {secret, unquote(secret)}:
+                # a password under 3 characters is left: blanking it would also blank unrelated letters
+                # of the message (the URL itself is replaced whole above)
+                if len(shown) >= 3:
                     text = text.replace(shown, "***")
     return text

@@ -127,9 +127,37 @@ def test_fuzzed_input_is_one_clear_line(name, argv, fragment, d):
     ("postgresql://fz:pa/ssword@127.0.0.1:54329/st", "postgresql://fz:***@127.0.0.1:54329/st"),
     ("postgresql://fz:p/ss#w?rd@h/st", "postgresql://fz:***@h/st"),
     ("sqlite+pysqlite:////home/alice/db1.sqlite", "sqlite:///db1.sqlite"),
+    # an '@' in the query is not the end of credentials (the review found these leaking after the fix)
+    ("postgresql://host:5432/db?user=me@corp&password=hunter22",
+     "postgresql://host:5432/db?user=me%40corp&password=***"),
+    ("postgresql://u:pw@host/db?options=-c%20x@y&password=hunter22",
+     "postgresql://u:***@host/db?options=-c+x%40y&password=***"),
 ])
 def test_passwords_with_slashes_and_driver_sqlite_urls_stay_hidden(url, shown):
     assert public_storage(url) == shown
+
+
+@pytest.mark.parametrize("value", ["false", "off", "no"])
+def test_offload_and_sparsity_still_take_yaml_false(tmp_path, value):
+    """YAML reads false / off / no as a boolean; the offloads and sparsity had documented aliases for
+    them (none / dense), which the type checks first refused."""
+    f = tmp_path / "case.yaml"
+    f.write_text(case(f"offload_optimizer: {value}, offload_params: {value}, sparsity: {value}"))
+    from planner.specs import load_case
+    layout = load_case(f).layout
+    assert layout.offload_optimizer.value == "none" and layout.offload_params.value == "none"
+    assert layout.sparsity.value == "dense"
+    assert CliRunner().invoke(main, ["estimate", str(f)]).exit_code == 0
+
+
+def test_hugging_face_activations_of_real_models_load(tmp_path):
+    """relu2 (Nemotron-4), gelu_10 and the rest of transformers' ACT2FN names load; Gemma's MLP is gated
+    although its config names gelu_pytorch_tanh."""
+    from costmodels import catalog
+    for act in ("relu2", "gelu_10", "gelu_accurate", "relu6", "tanh", "xielu", "geglu"):
+        m = catalog.model_from_dict(json.loads(hf(model_type="nemotron", hidden_act=act)))
+        assert m.gated_mlp == (act == "geglu")
+    assert catalog.model_from_dict(json.loads(hf(model_type="gemma", hidden_act="gelu_pytorch_tanh"))).gated_mlp
 
 
 def test_a_password_with_a_slash_is_not_echoed_by_a_connection_error():
