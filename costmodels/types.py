@@ -7,6 +7,7 @@ Symbols used across the cost models (Narayanan et al. 2021; Korthikanti et al. 2
 """
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Mapping, get_type_hints
@@ -150,8 +151,10 @@ class ModelSpec:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or "\0" in self.name or not self.name.strip() or len(self.name) > 200:
+            hint = ("; YAML read it as a number or a date: write the name in quotes"
+                    if isinstance(self.name, (int, float, datetime.date)) and not isinstance(self.name, bool) else "")
             raise SpecError(f"model name: expected a non-empty string of at most 200 characters without NUL, "
-                            f"got {str(self.name)[:40]!r}")
+                            f"got {str(self.name)[:40]!r}{hint}")
         for name in ("gated_mlp", "tied_embeddings", "bias"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise SpecError(f"model '{self.name}': {name} must be true or false, got {getattr(self, name)!r}")
