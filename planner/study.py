@@ -66,18 +66,10 @@ def study_attrs(space, profile, settings) -> dict:
             ENCODING_ATTR: PARAMS_ENCODING}
 
 
-def _plain_password(text: str) -> str | None:
-    """The password of a storage string that is not a URL, `user:password@host/db` (the last @ ends it)."""
-    cred = text.rsplit("@", 1)[0] if "@" in text else ""
-    return cred.split(":", 1)[1] if ":" in cred else None
-
-
 def _hide_credentials(text: str) -> str:
     """A storage string that is not a URL, `user:password@host/db`: the password hidden."""
-    if _plain_password(text) is None:
-        return text
-    cred, host = text.rsplit("@", 1)
-    return f"{cred.split(':', 1)[0]}:***@{host}"
+    cred, rest = _split_credentials(text)
+    return text if cred is None or ":" not in cred else f"{cred.split(':', 1)[0]}:***@{rest}"
 
 
 def _is_sqlite(text: str) -> bool:
@@ -314,7 +306,7 @@ def _first_line(exc, url) -> str:
         exc.__class__.__name__ if exc is not None else "unknown error"
     if url:
         text = text.replace(str(url), public_storage(url))
-        password = _url_password(str(url)) if "://" in str(url) else _plain_password(str(url))
+        password = _url_password(str(url))
         secrets = [password] if password else []
         if "?" in str(url):              # secret query values (password=...), as public_storage hides them
             secrets += [v for k, v in parse_qsl(str(url).rsplit("?", 1)[1], keep_blank_values=True)

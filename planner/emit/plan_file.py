@@ -7,6 +7,8 @@ from pathlib import Path
 from costmodels.catalog import read_json_file
 from costmodels.errors import SpecError
 
+from .shell import printable
+
 REQUIRED = ("layout", "estimate", "inputs", "search")
 
 
@@ -28,7 +30,7 @@ def _printable(x):
     (as the planner prints a model's name): what `explain` re-renders goes to a terminal and to
     report.md, and an edited file may hold escape sequences in any field."""
     if isinstance(x, str):
-        return x if x.isprintable() else "".join(c if c.isprintable() else "?" for c in x)
+        return printable(x)
     if isinstance(x, dict):
         return {_printable(k): _printable(v) for k, v in x.items()}
     if isinstance(x, list):

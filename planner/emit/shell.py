@@ -34,7 +34,12 @@ def comment_text(text) -> str:
     text = str(text)
     if "\0" in text:
         raise SpecError(f"value {text!r} contains a NUL character, which no shell script can carry")
-    return "".join(c if c.isprintable() else "?" for c in text)
+    return printable(text)
+
+
+def printable(text: str) -> str:
+    """`text` with every control or other non-printable character as `?` (one line a terminal shows as is)."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else "?" for c in text)
 
 
 def env_assignment(key: str, value) -> str:
