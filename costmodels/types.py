@@ -228,6 +228,11 @@ class GPU:
         return float(self.peak_flop_per_s.get(key, 0.0))
 
 
+# The largest "node" a cluster spec may name: one NVLink rack of 72 GPUs (GB200 NVL72) treated as a node.
+# Servers hold 4-16 GPUs (GB200 compute tray 4, DGX / HGX 8, DGX-2 16).
+MAX_GPUS_PER_NODE = 72
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
     """GPUs and the links between them; per-GPU bandwidths are one direction."""
@@ -254,6 +259,10 @@ class ClusterSpec:
     def __post_init__(self):
         if self.num_gpus <= 0 or self.gpus_per_node <= 0:
             raise SpecError("cluster: num_gpus and gpus_per_node must be positive")
+        if self.gpus_per_node > MAX_GPUS_PER_NODE:
+            raise SpecError(f"cluster: gpus_per_node {self.gpus_per_node} is more GPUs than one host holds (at most "
+                            f"{MAX_GPUS_PER_NODE}, a GB200 NVL72 rack counted as one node); give the GPUs per "
+                            f"server, e.g. 8 for a DGX / HGX")
         if self.num_gpus > 10_000_000:
             raise SpecError(f"cluster: {self.num_gpus} GPUs is beyond any real cluster (max 10^7)")
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
@@ -301,6 +310,9 @@ class Framework:
     cuda_context_bytes: float          # CUDA context, cuBLAS/NCCL workspaces outside PyTorch
     comm_buffer_bytes: float           # NCCL / bucket buffers held during the step
     logits_bytes_per_element: float    # peak bytes per logit during the loss (bf16 + fp32 copy)
+    # ... when tp > 1 and the loss runs another code path on vocabulary-sharded logits (torchtitan's
+    # loss_parallel: DTensor's decomposed log-softmax); None: the same as logits_bytes_per_element
+    logits_bytes_per_element_tp: float | None = None
     zero0_shards_optimizer: tuple[str, ...] = ()   # precisions whose ZeRO-0 optimizer still shards (BF16_Optimizer)
     # bytes per parameter the ZeRO-0 optimizer step copies, by precision (memory.zero0_step_copy_bytes)
     zero0_step_copy_bytes: Mapping[str, float] = field(default_factory=dict)

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from costmodels.errors import SpecError
 from costmodels.estimate import estimate as _estimate
 from costmodels.types import Estimate
-from costmodels.units import HOUR
+from costmodels.units import HOUR, parse_number
 
 from .advice import PlanWarning
 from .specs import Case, case_from_dict, load_case
@@ -86,6 +87,15 @@ class EstimateResult:
         return estimate_result_dict(self)
 
 
+def token_budget(value) -> float:
+    """A training budget given explicitly (`--tokens`, `total_tokens=`): a positive token count. Left out
+    (None) means no budget; 0 is refused rather than read as 'not given'."""
+    try:
+        return parse_number(value, what="tokens (training budget)", low=0.0, high=1e18, low_open=True)
+    except SpecError as exc:
+        raise SpecError(f"{exc}; leave it out for no budget") from None
+
+
 def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=None,
              total_tokens=None, calibration=None) -> EstimateResult:
     """Estimate memory and step time of one layout.
@@ -111,9 +121,8 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     from search_spaces.frameworks import structural_errors   # the same rules the planner enforces
     preferences = structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
-    tokens = total_tokens if total_tokens is not None else case_obj.training.total_tokens
-    from costmodels.units import parse_number
-    tokens = parse_number(tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
+    tokens = token_budget(total_tokens) if total_tokens is not None else \
+        parse_number(case_obj.training.total_tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
     return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults,
                           tuple(PlanWarning(*w) for w in case_obj.warnings) + rule_warnings(case_obj)
                           + tuple(PlanWarning("search_rule", f"estimated anyway: {msg}; collectives that leave "
@@ -206,7 +215,6 @@ def parse_price(value) -> tuple[float, str]:
     """'2.5', '2.5 USD', 'EUR 2.1', '$2.5' -> (2.5, 'USD'); the currency is kept as written."""
     import re
 
-    from costmodels.errors import SpecError
 
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         amount, currency = float(value), ""
@@ -223,7 +231,7 @@ def parse_price(value) -> tuple[float, str]:
 
 def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, global_batch_tokens=None,
          seq_lens=None, choices=None, objective="time", top_k=5, framework="megatron-deepspeed",
-         total_tokens=0.0, method="auto", storage=None, study_name=None, seed=0, trials=3000,
+         total_tokens=None, method="auto", storage=None, study_name=None, seed=0, trials=3000,
          progress=None, price_per_gpu_hour=None, advice=True, calibration=None, notify=None):
     """Search the layouts of `model` on `cluster` and return a PlanResult (best first).
 
@@ -236,8 +244,6 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     `progress(done, total, best)` follows the search; `notify(line)` gets one-line notices (a resumed
     Optuna study).
     """
-    from costmodels.errors import SpecError
-    from costmodels.units import parse_number
     from search_spaces.frameworks import load_profile
     from search_spaces.space import SearchRequest
 
@@ -295,7 +301,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         lo, hi = (float(x) for x in global_batch_tokens)
         if 0 < lo <= hi:
             notes.append(_batch_note(lo, hi, sorted(set(seqs)), default, c.num_gpus))
-    total_tokens = parse_number(total_tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
+    total_tokens = token_budget(total_tokens) if total_tokens is not None else 0.0
     top_k = parse_number(top_k, what="top (plans to report)", low=1, high=1000, integer=True)
     seed = parse_number(seed, what="seed", low=0, high=2**32 - 1, integer=True)
     if study_name is not None and (not str(study_name).strip() or not str(study_name).isprintable()

@@ -497,7 +497,10 @@ def shown_path(text: str) -> str:
         return text
     p = Path(raw)
     try:
-        return prefix + str(p.resolve().relative_to(Path.cwd().resolve()))
+        cwd = Path.cwd().resolve()
+        if cwd == Path(cwd.anchor):
+            raise ValueError("run from the filesystem root: a relative path would spell the absolute one")
+        return prefix + str(p.resolve().relative_to(cwd))
     except (ValueError, OSError, RuntimeError):
         return prefix + str(Path(p.parent.name) / p.name)
 

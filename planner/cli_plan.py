@@ -140,7 +140,7 @@ MAX_PROBE = 1000        # as many as --top may report (planner.api)
 @click.option("--seq-len", default=None, help="Sequence length(s) allowed, comma-separated (default: the model's).")
 @click.option("--objective", default="time", show_default=True,
               help="time | time-to-train | cost | memory; two comma-separated give a Pareto front.")
-@click.option("--tokens", type=float, default=0.0,
+@click.option("--tokens", type=float, default=None,
               help="Training token budget (time-to-train, cost; sets --train-iters in launch.sh).")
 @click.option("--price-per-gpu-hour", "price", default=None,
               help="Price of one GPU-hour, with an optional currency ('2.5 USD'); overrides the cluster's.")

@@ -37,6 +37,7 @@ FILES = {
     "hidden_null.yaml": model_file("null"),
     "hidden_map.yaml": model_file("{}"),
     "zero_half.yaml": case("zero_stage: 1.5"),
+    "zero_ok.yaml": case("zero_stage: 1"),
     "zero_bool.yaml": case("zero_stage: true"),
     "zero_str.yaml": case("zero_stage: '3'"),
     "flash_word.yaml": case("flash_attention: maybe"),
@@ -104,6 +105,11 @@ TABLE = [
     ("--probe beyond what --top reports", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
                                           "--global-batch", "64", "--probe", "5000", "--out", "{d}/job"],
      "--probe takes a number of candidates from 0 to 1,000, got 5000"),
+    ("--tokens 0 is not 'no budget'", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                        "--tokens", "0"], "leave it out for no budget"),
+    ("--tokens 0 on estimate", ["estimate", "{d}/zero_ok.yaml", "--tokens", "0"], "leave it out for no budget"),
+    ("a node larger than any host", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                     "--gpus-per-node", "1000"], "gpus_per_node 1000 is more GPUs than one host"),
     ("SQLite folder missing", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
                                "--global-batch", "64", "--method", "optuna", "--trials", "5",
                                "--storage", "sqlite:///{d}/nodir/study.db"], "does not exist; create it"),
@@ -266,3 +272,49 @@ def test_a_calibration_file_with_an_unknown_key_is_refused(tmp_path):
                     "framework: megatron-core\nparallel: {tp: 1, pp: 4, dp: 2, micro_batch: 1, global_batch: 8}\n")
     r = CliRunner().invoke(main, ["estimate", str(case), "--calibration", str(calib)])
     assert r.exit_code == 2 and "unknown key 'constants_extra'" in r.stderr, r.stderr
+
+
+def test_a_run_file_shown_from_the_filesystem_root_keeps_no_absolute_path(tmp_path, monkeypatch):
+    """From cwd '/', a path relative to the working directory spells the absolute one; calib.yaml must
+    show the folder and file name only."""
+    from planner.calibrate import shown_path
+    log = tmp_path / "runs" / "train.log"
+    monkeypatch.chdir("/")
+    assert shown_path(str(log)) == "runs/train.log"
+    assert shown_path("log:" + str(log)) == "log:runs/train.log"
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(str(log)) == "runs/train.log"          # under the working directory: relative
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line(monkeypatch, capsys):
+    """The console script's entry catches a Ctrl-C during the imports of planner.cli (click, numpy,
+    OR-Tools) as a command does: one line, exit code 130, no traceback."""
+    import builtins
+    import planner_entry
+    real_import = builtins.__import__
+
+    def interrupted(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "planner.cli":
+            raise KeyboardInterrupt
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as exc:
+        planner_entry.main()
+    assert exc.value.code == 130
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["error: interrupted; nothing was written"]
+
+
+def test_the_console_script_starts_outside_the_package():
+    """What runs before the entry's own try is small: the console script imports planner_entry, which
+    loads neither the planner package nor numpy, click or OR-Tools."""
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "planner"]
+    assert script.value == "planner_entry:main"
+    code = ("import sys, planner_entry; "
+            "print(sorted(m for m in ('planner', 'numpy', 'click', 'ortools') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
