@@ -698,6 +698,7 @@ def framework_from_dict(d: dict) -> Framework:
             cuda_context_bytes=q("cuda_context"),
             comm_buffer_bytes=q("comm_buffers"),
             logits_bytes_per_element=n("logits_bytes_per_element"),
+            logits_bytes_per_element_tp=n("logits_bytes_per_element_tp") if "logits_bytes_per_element_tp" in d else None,
             attention_head_dims=_head_dims(d, what),
             source=str(d.get("source", "")),
         )
@@ -713,7 +714,8 @@ FRAMEWORK_RANGES = {
     "elementwise_traffic": (0.0, 100.0, True), "saved_activation_factor": (0.0, 100.0, True),
     "allocator_fragmentation": (0.0, 10.0, False), "zero3_live_params": (0.0, math.inf, False),
     "attention_speedup": (0.01, 100.0, False), "grad_accumulation_bytes": (0.0, 64.0, False),
-    "logits_bytes_per_element": (0.0, 64.0, False), "fp8_saved_input_bytes": (0.0, 8.0, False),
+    "logits_bytes_per_element": (0.0, 64.0, False), "logits_bytes_per_element_tp": (0.0, 64.0, False),
+    "fp8_saved_input_bytes": (0.0, 8.0, False),
     "state_bytes": (0.0, 64.0, False), "zero0_step_copy_bytes": (0.0, 256.0, False),
     "zero3_recompute_gathers": (0.0, 10.0, False), "zero3_gathers_per_layer": (0.0, 1000.0, False),
     "zero3_reduce_tensors_per_layer": (0.0, 1000.0, False), "zero3_live_layers": (0.0, 1e6, False),
@@ -733,7 +735,7 @@ FRAMEWORK_KEYS = frozenset({
     "saved_activation_factor", "fp8_saved_input_bytes", "iteration_overhead", "microbatch_overhead",
     "host_overhead", "elementwise_traffic", "grad_accumulation_bytes", "state_bytes", "state_bytes_zero0",
     "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "cpu_offloading", "fused_softmax_max_seq", "allocator_fragmentation",
-    "cuda_context", "comm_buffers", "logits_bytes_per_element"})
+    "cuda_context", "comm_buffers", "logits_bytes_per_element", "logits_bytes_per_element_tp"})
 
 
 def _bucket(value: float, what: str) -> float:

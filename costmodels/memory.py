@@ -230,8 +230,12 @@ def inflight_microbatches(pp, vpp, num_microbatches, stage):
 
 def logits_bytes(m: ModelSpec, tokens, tp, fw: Framework):
     """Output-layer logits at the loss: bf16 logits plus the fp32 copy the vocab-parallel cross
-    entropy works on (Korthikanti et al. 2022, §4.3: 4sbv/t for the fp32 part)."""
-    return tokens * m.vocab / asf(tp) * fw.logits_bytes_per_element
+    entropy works on (Korthikanti et al. 2022, §4.3: 4sbv/t for the fp32 part). A framework whose
+    loss takes another path on vocabulary-sharded logits (tp > 1) gives its own peak bytes."""
+    per_element = fw.logits_bytes_per_element
+    if fw.logits_bytes_per_element_tp is not None:
+        per_element = where(asf(tp) > 1, fw.logits_bytes_per_element_tp, per_element)
+    return tokens * m.vocab / asf(tp) * per_element
 
 
 def embedding_activation_bytes(m: ModelSpec, tokens, tp, sp, precision):
