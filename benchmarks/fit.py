@@ -45,7 +45,7 @@ FAMILY_FILES = {"A100": ["a100-80gb", "a100-40gb"], "V100": ["v100-32gb"],
                 "H100": ["h100-sxm", "h100-96gb-500w", "h100-pcie", "h200"], "Blackwell": ["b200", "gb200"]}
 ALL_FAMILIES = tuple(FAMILY_FILES)
 FRAMEWORKS = ("megatron-deepspeed", "megatron-lm", "megatron-core", "megatron-core-deterministic", "megatron-bridge",
-              "llm-foundry", "torchtitan", "torchtitan-compile")
+              "llm-foundry", "torchtitan", "torchtitan-compile", "torchtitan-compile-2025")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ def record_from_heldout(rec: dict) -> Record | None:
     notes = str(rec.get("notes", "")) + " " + str(rec.get("source", ""))
     if fw_name == "torchtitan" and re.search(r"--training\.compile|compile Y\b|torch\.compile", notes):
         rules["framework"] = "torchtitan-compile"     # the source's command / table says it ran compiled
+        month = re.match(r"torchtitan-(\d{6})", rec["id"])
+        if month and month.group(1) >= "202504":
+            rules["framework"] = "torchtitan-compile-2025"   # the loss compiled too (bbb1b616e, 2025-04-02)
     gpu = next((name for key, name in HELDOUT_GPUS if str(rec["cluster"]["gpu"]).startswith(key)), None)
     if gpu is None:
         return None
