@@ -169,7 +169,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
     from . import api
     from .cli_common import run_command
     from .output import plan_text
-    from .serialise import plan_to_dict, to_json
+    from .serialise import in_reading_order, plan_to_dict, to_json
 
     # A bar on a terminal (or with --progress); progress lines every few seconds on a pipe; --quiet: none.
     tty = sys.stderr.isatty()
@@ -211,7 +211,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
 
     result, written = run_command(work)
     if as_json:
-        click.echo(to_json(plan_to_dict(result), sort_keys=False))   # reading order, see plan_to_dict
+        click.echo(to_json(in_reading_order(plan_to_dict(result)), sort_keys=False))
     else:
         click.echo(plan_text(result))
         if written:
@@ -232,7 +232,7 @@ def explain(plan_json, out, force, as_json):
     from .cli_common import run_command
     from .emit.plan_file import load_plan_json
     from .report import render_report
-    from .serialise import to_json
+    from .serialise import in_reading_order, to_json
 
     def work():
         if out is not None:
@@ -257,9 +257,6 @@ def explain(plan_json, out, force, as_json):
 
     text = run_command(work)
     if as_json:
-        order = ("inputs", "defaults_used", "layout", "estimate", "cost", "warnings", "why", "runner_ups", "pareto")
-        data = {k: text[k] for k in order if k in text}
-        data.update({k: v for k, v in text.items() if k not in data})
-        click.echo(to_json(data, sort_keys=False))
+        click.echo(to_json(in_reading_order(text), sort_keys=False))
         return
     click.echo(text if not out else f"wrote {text}")

@@ -129,6 +129,21 @@ def search_dict(result) -> dict:
             "layouts_fitting": result.fitting, "study": dict(result.study) if result.study else None}
 
 
+# The reading order of a plan as `planner plan --json` and `planner explain --json` print it: what was
+# asked and chosen first, then alternatives, then the job's own fields (plan.json only), then the bulk.
+READING_ORDER = ("inputs", "defaults_used", "layout", "estimate", "cost", "warnings", "why", "runner_ups",
+                 "pareto", "ties")
+BULK_LAST = ("search", "candidates_columns", "candidates")
+
+
+def in_reading_order(data: dict) -> dict:
+    """`data` with READING_ORDER keys first and BULK_LAST keys last; others, sorted, between."""
+    head = [k for k in READING_ORDER if k in data]
+    tail = [k for k in BULK_LAST if k in data]
+    middle = sorted(k for k in data if k not in head and k not in tail)
+    return {k: data[k] for k in head + middle + tail}
+
+
 def plan_to_dict(result) -> dict:
     """Keys in reading order (inputs, layout, estimate, warnings, alternatives, then bulk data);
     `planner plan --json` keeps this order, plan.json is written with sorted keys. `add_bands` adds

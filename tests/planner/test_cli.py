@@ -48,6 +48,24 @@ def test_plan_json_estimate_and_explain_round_trip(tmp_path):
     assert (tmp_path / "again" / "memory.png").read_bytes() == (out / "memory.png").read_bytes()
 
 
+def test_plan_and_explain_json_print_the_same_reading_order(tmp_path):
+    """README: both print inputs, defaults used, layout, estimate, cost, warnings, why, runner-ups,
+    Pareto front and ties first and the search statistics and scatter data (`candidates`) last; explain
+    printed plan.json's sorted keys after `pareto` (candidates before search)."""
+    out = tmp_path / "job"
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "64", "--json", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    head = ["inputs", "defaults_used", "layout", "estimate", "cost", "warnings", "why", "runner_ups", "pareto",
+            "ties"]
+    tail = ["search", "candidates_columns", "candidates"]
+    assert list(json.loads(r.stdout)) == head + tail
+    e = CliRunner().invoke(main, ["explain", str(out / "plan.json"), "--json"])
+    keys = list(json.loads(e.stdout))
+    assert keys[:len(head)] == head and keys[-len(tail):] == tail
+    assert keys[len(head):-len(tail)] == sorted(keys[len(head):-len(tail)])     # the job's own fields
+
+
 def test_catalog_lists_the_presets():
     r = CliRunner().invoke(main, ["catalog", "--json"])
     data = json.loads(r.stdout)
