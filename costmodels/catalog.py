@@ -384,6 +384,10 @@ def _bandwidth(value: float, key: str) -> float:
     if 0 < value < 1e6:
         raise SpecError(f"cluster {key}: {value:g} B/s is below 1 MB/s, slower than any interconnect; "
                         "check the unit (e.g. 400 Gb/s, 900 GB/s)")
+    high = GPU_MAXIMA.get(key, 1e14)
+    if value > high:
+        raise SpecError(f"cluster {key}: {value:g} B/s is above {high:g} B/s, faster than any link (NVLink 5: "
+                        "9e11 B/s per GPU each way); check the unit (e.g. 400 Gb/s, 900 GB/s)")
     return value
 
 
@@ -568,11 +572,14 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     act = d.get("activation")
     if act is not None and str(act).lower() not in _ACTIVATIONS:
         raise SpecError(f"model: unknown activation {act!r}; use one of {', '.join(sorted(_ACTIVATIONS))}")
-    data = {}
+    data, named = {}, {}
     for key, value in d.items():
-        key = _MODEL_ALIASES.get(key, key)
-        if key in _MODEL_KEYS:
-            data[key] = value
+        field_name = _MODEL_ALIASES.get(key, key)
+        if field_name in _MODEL_KEYS:
+            if field_name in data and data[field_name] != value:
+                raise SpecError(f"model {d.get('name', name) or ''}: {named[field_name]} = {str(data[field_name])[:40]} "
+                                f"and {key} = {str(value)[:40]} name the same field; keep one")
+            data[field_name], named[field_name] = value, key
     act = d.get("activation")
     if act is not None and "gated_mlp" not in data:
         data["gated_mlp"] = _ACTIVATIONS[str(act).lower()]

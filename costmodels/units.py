@@ -82,7 +82,10 @@ def parse_quantity(value, *, what: str = "value", dim: str | None = None, positi
             raise SpecError(f"{what}: cannot read {value!r} as a quantity; expected {expected}")
         text, unit = match.groups()
         number = float(text)
-        factor, unit_dim = _unit(unit)
+        try:
+            factor, unit_dim = _unit(unit)
+        except SpecError as exc:
+            raise SpecError(f"{what}: {value!r}: {exc}") from None
     if not math.isfinite(number) or not math.isfinite(number * factor):
         raise SpecError(f"{what}: expected a finite number, got {value!r}")
     if dim is not None:

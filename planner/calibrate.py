@@ -71,12 +71,18 @@ def load_calibration(path) -> dict:
         raise SpecError(f"calibration file '{path}': version {str(data.get('version'))[:20]!r} is not one this "
                         "planner reads (1); write it again with `planner calibrate`")
     scope_of_file(data, path)
+    return checked_constants(data["constants"], f"calibration file '{path}'")
+
+
+def checked_constants(constants: dict, where: str) -> dict:
+    """{constant: value} with every name known and every value a number inside its bounds (CONSTANTS),
+    as calib.yaml is read; the same check for a mapping passed to the Python API."""
     out = {}
-    for k, v in data["constants"].items():
+    for k, v in constants.items():
         spec = next((c for c in CONSTANTS if c.name == k), None)
         if spec is None:
-            raise SpecError(f"calibration file '{path}': unknown constant {k!r} (known: {', '.join(NAMES)})")
-        out[k] = parse_number(v, what=f"calibration file '{path}': {k}", low=spec.low, high=spec.high)
+            raise SpecError(f"{where}: unknown constant {str(k)[:40]!r} (known: {', '.join(NAMES)})")
+        out[k] = parse_number(v, what=f"{where}: {k}", low=spec.low, high=spec.high)
     return out
 
 
@@ -136,7 +142,10 @@ def as_constants(calibration) -> dict:
         return load_calibration(calibration)
     if isinstance(calibration, Calibration):
         return dict(calibration.constants)
-    return dict(calibration)
+    if not isinstance(calibration, dict):
+        raise SpecError(f"calibration must be a calib.yaml path, a Calibration or a mapping of constants, "
+                        f"got {type(calibration).__name__}")
+    return checked_constants(calibration, "calibration")
 
 
 def apply_cluster(cluster, constants: dict):
@@ -179,7 +188,12 @@ def current_constants(case) -> dict:
 # megatron/training.py training_log (6acc370a, lines 1146-1184)
 # a number as training_log ('%.1f', '%.3f') and report_memory (str(float)) print it: bounded, so finite
 _NUM = r"(\d{1,15}(?:\.\d{1,20})?(?:[eE][+-]?\d{1,2})?)"
-_ITER = re.compile(r"iteration\s+(\d{1,15})/\s*(\d{1,15}) \|.*?elapsed time per iteration \(ms\): " + _NUM + r" \|")
+# An iteration line is read in two linear searches (its head, then the elapsed time after it): one
+# pattern spanning both ('iteration N/M |.*?elapsed ...') rescans the line from every 'iteration' in it.
+_ITER = re.compile(r"iteration\s+(\d{1,15})/\s*(\d{1,15}) \|")
+_ELAPSED = re.compile(r"elapsed time per iteration \(ms\): (\S{1,40}) \|")
+_NUM_ONLY = re.compile(_NUM)
+MAX_LINE_CHARS = 1 << 16       # Megatron's lines are a few hundred characters; a longer one is not its
 _FIELD = {"global_batch": re.compile(r"global batch size:\s+(\d{1,15}) \|"),
           "seq_len": re.compile(r"actual seqlen:\s+(\d{1,15}) \|"),
           "samples_per_s": re.compile(r"samples per second: " + _NUM + r" \|"),
@@ -217,10 +231,16 @@ MAX_LOG_BYTES = 1 << 30        # a training log of a few million iteration lines
 def parse_log(path) -> LogRun:
     text = catalog.read_text_file(path, "log", limit=MAX_LOG_BYTES, errors="replace")
     iters, fields, memory, args = [], {}, None, {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE_CHARS:
+            continue
         m = _ITER.search(line)
-        if m:
-            iters.append((int(m.group(1)), int(m.group(2)), float(m.group(3))))
+        e = _ELAPSED.search(line, m.end()) if m else None
+        if e:
+            if not _NUM_ONLY.fullmatch(e.group(1)):
+                raise SpecError(f"log '{path}', line {number}: elapsed time per iteration is {e.group(1)!r}, not "
+                                "a time in milliseconds; the log is damaged")
+            iters.append((int(m.group(1)), int(m.group(2)), float(e.group(1))))
             for k, rx in _FIELD.items():
                 f = rx.search(line)
                 if f:
@@ -233,7 +253,12 @@ def parse_log(path) -> LogRun:
             continue
         m = _ARG.match(line)
         if m and m.group(1) in CHECKED_ARGS:
-            args[m.group(1)] = m.group(2).strip()
+            name, value = m.group(1), m.group(2).strip()
+            if args.get(name, value) != value:
+                raise SpecError(f"log '{path}' holds more than one run: its arguments give {name} "
+                                f"{args[name]} and later {value} (line {number}); give each "
+                                "run's log on its own")
+            args[name] = value
     if not iters:
         raise SpecError(f"log '{path}' has no iteration lines (Megatron-DeepSpeed's 'iteration N/M | ... "
                         "elapsed time per iteration (ms): X |'); is it a training log, with --log-interval set?")
@@ -333,7 +358,7 @@ def load_runs(inputs, plan=None) -> list[Run]:
         p = Path(item)
         if not p.exists():
             raise SpecError(f"input '{item}' does not exist")
-        if p.suffix in (".yaml", ".yml"):
+        if p.suffix.lower() in (".yaml", ".yml"):
             runs += _yaml_runs(p)
             continue
         run = parse_log(p)
@@ -350,6 +375,34 @@ def load_runs(inputs, plan=None) -> list[Run]:
 # (Megatron-DeepSpeed, bf16, FlashAttention-2, no recomputation, ZeRO-1), unless the record says otherwise.
 USER_RULES = dict(framework="megatron-deepspeed", precision="bf16", flash=True, dropout=0.0, recompute="none",
                   vpp=1, zero=1, mbs=1)
+# The keys a runs-file record may hold: the schema of ../shared/validation/README.md, the layout knobs
+# planner/validation.py reads beyond it, and the two link rates of a user's own cluster. Anything else
+# is refused (a misspelt key would be ignored, and the run predicted as another layout).
+RUN_KEYS = {
+    None: {"id", "source", "notes", "framework", "model", "cluster", "parallel", "measured"},
+    "model": {"name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
+              "vocab_size", "seq_length", "activation", "moe"},
+    "cluster": {"gpu", "num_gpus", "gpus_per_node", "intra_node", "inter_node", "network_bandwidth",
+                "nvlink_bandwidth"},
+    "parallel": {"tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "zero_stage", "recompute",
+                 "sequence_parallel", "precision", "flash_attention", "first_stage_layers", "last_stage_layers",
+                 "cpu_offload_layers", "recompute_layers", "offload_optimizer", "offload_params",
+                 "offload_activations", "tp_comm_overlap"},
+    "measured": {"tflops_per_gpu", "mfu", "hfu", "iteration_time_s", "tokens_per_s_per_gpu", "peak_memory_gib",
+                 "step_time_s", "step_time_from", "tokens_per_s_per_gpu_from"},
+}
+
+
+def _check_run_keys(rec: dict, where: str) -> None:
+    import difflib
+    for section, known in RUN_KEYS.items():
+        mapping = rec if section is None else rec[section]
+        for key in mapping:
+            if key not in known:
+                name = str(key)[:40] if section is None else f"{section}.{str(key)[:40]}"
+                close = difflib.get_close_matches(str(key), sorted(known), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
+                raise SpecError(f"{where}: unknown key {name!r}{hint}")
 
 
 def _yaml_runs(p: Path) -> list[Run]:
@@ -379,8 +432,10 @@ def _yaml_runs(p: Path) -> list[Run]:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 10**7):
                 raise SpecError(f"{where}: parallel.{key} must be a whole number from {low} to 10^7, "
                                 f"got {str(value)[:40]!r}")
-        if "id" in rec and not isinstance(rec["id"], str):
-            raise SpecError(f"{where}: id must be a string, got {str(rec['id'])[:40]!r}")
+        _check_run_keys(rec, where)
+        if "id" in rec and (not isinstance(rec["id"], str) or not rec["id"].isprintable() or not 0 < len(rec["id"]) <= 200):
+            raise SpecError(f"{where}: id must be a string of 1 to 200 printable characters (no newline or "
+                            f"escape), got {str(rec['id'])[:40]!r}")
         rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec}
         rules = _rules_of(rec, where)
         try:

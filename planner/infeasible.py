@@ -41,6 +41,13 @@ def nothing_fits(model, cluster, profile, request, space) -> InfeasibleError:
              if k in request.choices]
     hint = f"; or free {', '.join('--' + k.replace('_', '-') for k in freed)}" if freed else ""
     lowest = lowest_memory(model, cluster, profile, space)
+    if not min_gpus and lowest and lowest <= cluster.gpu.hbm_bytes:
+        # the GPU side fits: what does not is the offloaded state in the nodes' host memory or NVMe
+        return InfeasibleError(
+            f"no layout fits on {n} x {cluster.gpu.name}: the leanest layout needs {fmt_bytes(lowest)} per GPU, "
+            f"which the GPU has, but its offloaded state does not fit in the cluster's host memory "
+            f"({fmt_bytes(cluster.host_memory_bytes)} per node) and NVMe ({fmt_bytes(cluster.nvme_bytes)} per node); "
+            f"give host_memory / nvme in the cluster file{hint or ', or offload less'}", min_gpus=min_gpus)
     need = f" (the leanest layout needs {fmt_bytes(lowest)} per GPU, the {cluster.gpu.name} has " \
            f"{fmt_bytes(cluster.gpu.hbm_bytes)})" if lowest else ""
     if min_gpus:

@@ -171,7 +171,7 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
         raise SpecError("parallel: expected a mapping of layout fields (tp, pp, dp, ...)")
     unknown = set(section) - PARALLEL_KEYS
     if unknown:
-        raise SpecError(f"parallel: unknown field(s) {', '.join(sorted(unknown))}; "
+        raise SpecError(f"parallel: unknown field(s) {', '.join(sorted(str(k)[:40] for k in unknown))}; "
                         f"known: {', '.join(sorted(PARALLEL_KEYS))}")
     used = defaults if defaults is not None else []
 

@@ -159,9 +159,12 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
         cluster["network_bandwidth"] = rules["network"]
     if rules.get("nvlink"):
         cluster["nvlink_bandwidth"] = rules["nvlink"]
+    for key in ("network_bandwidth", "nvlink_bandwidth"):     # a user's own cluster (planner calibrate)
+        if c.get(key) is not None:
+            cluster[key] = c[key]
     parallel = {k: p[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch")}
     parallel["vpp"] = p.get("vpp") or rules["vpp"]
-    for key in ("first_stage_layers", "last_stage_layers", "cpu_offload_layers"):
+    for key in ("first_stage_layers", "last_stage_layers", "cpu_offload_layers", "recompute_layers"):
         if p.get(key):
             parallel[key] = int(p[key])
     for key in ("offload_optimizer", "offload_params", "offload_activations"):

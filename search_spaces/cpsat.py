@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from costmodels.errors import SpecError
+
 from .constraints import Ctx, Rule, Vars
 from .space import CATEGORICAL_KNOBS, CORE_KNOBS, KNOBS, Space
 
@@ -71,6 +73,11 @@ def _enumerate(space: Space, knobs, rules, limit=ENUMERATION_LIMIT) -> tuple[dic
     variables = [x[k] for k in knobs]
     cb = _Collector(variables, limit)
     status = solver.solve(m, cb)
+    if status == cp_model.MODEL_INVALID:
+        # a value the request checks did not bound (search_spaces.space.check_request): not an interrupt
+        raise SpecError("a requested value is too large for the layout solver "
+                        f"({m.validate().splitlines()[0][:200] if m.validate() else 'invalid model'}); "
+                        "give smaller sequence lengths, batches or degrees")
     if not cb.truncated and status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
         # CP-SAT catches Ctrl-C itself and returns what it enumerated so far: the lattice would be
         # silently incomplete. Pass the interrupt on.

@@ -7,6 +7,10 @@ that a pinned value a rule forbids is explained by that rule rather than silentl
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -18,6 +22,7 @@ from costmodels.types import ClusterSpec, GradComm, ModelSpec, Offload, Precisio
 from .knobs import BOOLS, BY_NAME, CATEGORICAL_KNOBS, CORE_KNOBS, ENUMS, KNOBS, flag  # noqa: F401
 
 MAX_MICRO_BATCH = 64
+MAX_BATCH_TOKENS = 1e12     # tokens per step: 10^5 x the largest published (Llama 3 405B, 16M)
 MAX_CONTEXT_PARALLEL = 64
 
 
@@ -85,6 +90,9 @@ def batch_sequences(lo: float, hi: float, seq_len: int) -> tuple[list[int], bool
     such as 4e6 tokens, or a narrow range), the whole number of sequences nearest to the middle of
     the range (at least one): the rounding is reported, never silent.
     """
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi <= MAX_BATCH_TOKENS):
+        raise SpecError(f"global batch token range {lo:g}-{hi:g} is beyond any real run: give tokens per step "
+                        f"above 0 and at most {MAX_BATCH_TOKENS:g}, LOW <= HIGH")
     out = []
     for base in (1, 3):
         v = base
@@ -94,7 +102,7 @@ def batch_sequences(lo: float, hi: float, seq_len: int) -> tuple[list[int], bool
             v *= 2
     if out:
         return sorted(set(out)), False
-    return [max(1, int(round((lo + hi) / 2 / seq_len)))], True
+    return [max(1, int(round((lo / 2 + hi / 2) / seq_len)))], True
 
 
 def _batch_candidates(request: SearchRequest, seq_lens: tuple[int, ...]) -> tuple[int, ...]:
@@ -150,6 +158,21 @@ def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequ
 
 
 MAX_KNOB_VALUE = 10**7      # no degree, batch or length above this; CP-SAT needs 64-bit integers
+DEGREES = ("tp", "pp", "dp", "cp")   # their product is the GPU count
+
+
+def check_request(request: SearchRequest) -> None:
+    """Values that no layout can have, refused before CP-SAT multiplies them (a product of degrees
+    or a length beyond 64-bit integers is an invalid model there, not an infeasible one)."""
+    for s in request.seq_lens:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 1 <= s <= MAX_KNOB_VALUE:
+            raise SpecError(f"--seq-len {str(s)[:40]} is beyond any real run: give whole numbers of tokens from "
+                            f"1 to {MAX_KNOB_VALUE:,}")
+    if request.global_batch_tokens is not None:
+        lo, hi = request.global_batch_tokens
+        if not all(math.isfinite(float(v)) and 0 < float(v) <= MAX_BATCH_TOKENS for v in (lo, hi)):
+            raise SpecError(f"global batch token range {lo:g}-{hi:g} is beyond any real run: give tokens per "
+                            f"step above 0 and at most {MAX_BATCH_TOKENS:g}")
 
 
 def parse_choice(name: str, values) -> tuple:
@@ -194,6 +217,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, request: SearchRequest) 
         raise SpecError("the number of GPUs must be positive")
     if request.num_gpus > 10_000_000:
         raise SpecError(f"{request.num_gpus} GPUs is beyond any real cluster (at most 10^7)")
+    check_request(request)
     natural = _natural_domains(model, cluster, request)
     for name in request.choices:
         if name not in KNOBS:       # a knob the search does not vary (first_stage_layers, ...) or none
@@ -205,5 +229,8 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, request: SearchRequest) 
             domain = list(parse_choice(name, request.choices[name]))
             if not domain:
                 raise SpecError(f"{flag(name)}: no value given")
+            if name in DEGREES and max(domain) > request.num_gpus:
+                raise SpecError(f"{flag(name)} {max(domain)} is more than the {request.num_gpus} GPUs; a parallel "
+                                "degree divides the GPU count")
         knobs[name] = Knob(name, tuple(domain), BY_NAME[name].doc)
     return Space(model=model, cluster=cluster, request=request, knobs=knobs)

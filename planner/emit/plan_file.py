@@ -114,7 +114,12 @@ def check_estimate_numbers(est, where: str) -> None:
             raise SpecError(f"{where}: {key} = {est[key]:g} is above 1, which no run reaches; the file was changed, "
                             "re-run `planner plan --out`")
     band = est.get("step_time_band_s")
-    lows = [est.get(k) for k in POSITIVE] + ([band[0]] if isinstance(band, list) and band else [])
+    if band is not None and (not isinstance(band, list) or len(band) != 2 or
+                             not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in band)
+                             or band[0] > band[1]):
+        raise SpecError(f"{where}: step_time_band_s must be [low, high] seconds with low <= high; the file was "
+                        "changed, re-run `planner plan --out`")
+    lows = [est.get(k) for k in POSITIVE] + (list(band) if band else [])
     if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0 for v in lows if v is not None):
         raise SpecError(f"{where}: the step time, throughput and band must be above zero; the file was "
                         "changed, re-run `planner plan --out`")

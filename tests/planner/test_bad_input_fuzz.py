@@ -318,3 +318,170 @@ def test_the_console_script_starts_outside_the_package():
             "print(sorted(m for m in ('planner', 'numpy', 'click', 'ortools') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+# ---- fuzzing review, round 4 (2026-11-24) ----------------------------------------------------------
+
+def _mds_log(ms=250.0, **kw):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from mds_log import mds_log
+    return mds_log(ms, **kw)
+
+
+def test_a_log_line_with_many_iteration_heads_is_read_in_one_pass(tmp_path):
+    """The iteration pattern rescanned the rest of a line from every 'iteration N/M |' in it (seconds
+    for a 60 KB line, minutes for 3 MB); now the head is found once and the elapsed time after it.
+    A line longer than any Megatron prints is skipped."""
+    from planner.calibrate import MAX_LINE_CHARS, parse_log
+    heads = "iteration 20/20 |" * 3000
+    log = tmp_path / "1.log"
+    log.write_text(_mds_log() + heads + " elapsed time per iteration (ms): 250.0 |\n"
+                   + "iteration 1/2 |" * (MAX_LINE_CHARS // 10) + "\n")
+    run = parse_log(log)
+    assert len(run.iterations) == 21 and run.step_s == pytest.approx(0.25)
+
+
+def test_a_log_of_two_runs_is_refused(tmp_path):
+    """Two runs in one file (their argument dumps disagree) went into one median."""
+    from planner.calibrate import parse_log
+    from costmodels.errors import SpecError
+    log = tmp_path / "1.log"
+    log.write_text(_mds_log(90000.0, args={"num_layers": 80, "hidden_size": 8192})
+                   + _mds_log(23000.0, args={"num_layers": 32, "hidden_size": 4096}))
+    with pytest.raises(SpecError, match="holds more than one run: its arguments give hidden_size 8192 and later 4096"):
+        parse_log(log)
+
+
+def test_an_iteration_time_that_is_not_a_time_names_the_line(tmp_path):
+    from planner.calibrate import parse_log
+    from costmodels.errors import SpecError
+    log = tmp_path / "1.log"
+    log.write_text(_mds_log().replace("elapsed time per iteration (ms): 250.0", "elapsed time per iteration (ms): nan"))
+    with pytest.raises(SpecError, match=r"line \d+: elapsed time per iteration is 'nan', not a time"):
+        parse_log(log)
+
+
+@pytest.mark.parametrize("section,key,fragment", [
+    ("parallel", "tpp", "unknown key 'parallel.tpp'; did you mean 'tp'?"),
+    ("parallel", "micro_batch_size", "unknown key 'parallel.micro_batch_size'; did you mean 'micro_batch'?"),
+    ("model", "hiden_size", "unknown key 'model.hiden_size'; did you mean 'hidden_size'?"),
+    ("cluster", "foo", "unknown key 'cluster.foo'"),
+    (None, "paralel", "unknown key 'paralel'; did you mean 'parallel'?"),
+])
+def test_a_runs_file_refuses_unknown_keys(tmp_path, section, key, fragment):
+    """They were ignored: the run was predicted as another layout, without a word."""
+    runs = _calib_run(tmp_path)
+    data = yaml.safe_load(runs.read_text())
+    (data[0] if section is None else data[0][section])[key] = 4
+    runs.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and fragment in r.stderr and "record 1" in r.stderr, r.stderr
+
+
+def test_a_runs_file_reads_its_clusters_links_and_upper_case_suffix(tmp_path):
+    """network_bandwidth of a user's cluster was ignored; runs.YAML was read as a log."""
+    from planner.calibrate import load_runs, predict
+    runs = _calib_run(tmp_path)
+    data = yaml.safe_load(runs.read_text())
+    data[0]["cluster"].update(num_gpus=16)
+    data[0]["parallel"].update(pp=1, vpp=1, dp=16, global_batch=16)
+    upper = tmp_path / "runs.YAML"
+    upper.write_text(yaml.safe_dump(data))
+    default = predict(load_runs([upper]), {})[0]
+    data[0]["cluster"]["network_bandwidth"] = "10 Gb/s"
+    upper.write_text(yaml.safe_dump(data))
+    assert predict(load_runs([upper]), {})[0] > 1.2 * default
+
+
+def test_a_runs_id_with_control_characters_is_refused(tmp_path):
+    runs = _calib_run(tmp_path)
+    data = yaml.safe_load(runs.read_text())
+    data[0]["id"] = "a\x1b[31mred\nline"
+    runs.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and "printable characters" in r.stderr and "\x1b" not in r.output + r.stderr
+
+
+@pytest.mark.parametrize("calibration,fragment", [
+    ({"compute_scale": -1}, "compute_scale: -1 is out of range"),
+    ({"compute_scale": 0}, "compute_scale: 0 is out of range"),
+    ({"compute_scale": "x"}, "compute_scale: expected a number"),
+    ({"iteration_overhead_s": -100}, "iteration_overhead_s: -100 is out of range"),
+    ({"network_efficiency": 50}, "network_efficiency: 50 is out of range"),
+    ({"foo": 1}, "unknown constant 'foo'"),
+    ([1], "calibration must be a calib.yaml path, a Calibration or a mapping"),
+])
+def test_the_api_checks_a_calibration_mapping_like_a_calib_yaml(calibration, fragment):
+    """A mapping was applied unchecked: MFU 254%, a step of -73 s, a plan with a negative best."""
+    import planner
+    from costmodels.errors import SpecError
+    from pathlib import Path
+    case = Path(__file__).resolve().parents[2] / "examples" / "llama2-7b-h100.yaml"
+    with pytest.raises(SpecError, match=fragment.replace("(", r"\(")):
+        planner.estimate(str(case), calibration=calibration)
+
+
+ROUND4 = [
+    ("--seq-len beyond 64 bits", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--seq-len", "99999999999999999999"], "--seq-len 99999999999999999999 is beyond"),
+    ("--seq-len 2^63 - 1 is not an interrupt", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus",
+                                                "8", "--seq-len", "9223372036854775807"], "is beyond any real run"),
+    ("--global-batch-tokens 1e300", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                     "--global-batch-tokens", "1e300"], "is beyond any real run"),
+    ("--global-batch-tokens 1e308-1e308", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                           "--global-batch-tokens", "1e308-1e308"], "is beyond any real run"),
+    ("degrees whose product overflows", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                         "--tp", "10000000", "--pp", "10000000", "--cp", "10000000"],
+     "--tp 10000000 is more than the 8 GPUs"),
+    ("a number as a parallel key", ["estimate", "{d}/int_key.yaml"], "unknown field(s) 1"),
+    ("400 Eb/s", ["plan", "--model", "gpt-1.7b", "--cluster", "{d}/fast.yaml", "--global-batch", "64"],
+     "faster than any link"),
+    ("a unit's case", ["plan", "--model", "gpt-1.7b", "--cluster", "{d}/gbs.yaml", "--global-batch", "64"],
+     "cluster network_bandwidth: '400 gb/s': unknown unit"),
+    ("hidden and hidden_size disagree", ["plan", "--model", "{d}/two_hidden.yaml", "--cluster", "H100-SXM",
+                                         "--gpus", "8"], "hidden = 256 and hidden_size = 128 name the same field"),
+    ("seq_length and max_seq_len disagree", ["plan", "--model", "{d}/two_seq.yaml", "--cluster", "H100-SXM",
+                                             "--gpus", "8"], "seq_length = 128 and max_seq_len = 64"),
+    ("host memory, not the GPU's", ["plan", "--model", "llama2-7b", "--cluster", "{d}/no_host.yaml",
+                                    "--global-batch", "64", "--offload-optimizer", "cpu"],
+     "does not fit in the cluster's host memory (0 B per node)"),
+]
+ROUND4_FILES = {
+    "int_key.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 2, 1: 2}\n",
+    "fast.yaml": "gpu: H100-SXM\nnum_gpus: 16\nnetwork_bandwidth: 400 Eb/s\n",
+    "gbs.yaml": "gpu: H100-SXM\nnum_gpus: 16\nnetwork_bandwidth: 400 gb/s\n",
+    "two_hidden.yaml": model_file("128").replace("hidden_size: 128", "hidden: 256\nhidden_size: 128"),
+    "two_seq.yaml": model_file("128").replace("seq_length: 1024", "seq_length: 128\nmax_seq_len: 64"),
+    "no_host.yaml": "gpu: H100-SXM\nnum_gpus: 8\nhost_memory: 0 GB\n",
+}
+
+
+@pytest.mark.parametrize("name,argv,fragment", ROUND4, ids=[t[0] for t in ROUND4])
+def test_fuzzed_input_round4_is_one_clear_line(name, argv, fragment, tmp_path):
+    for file_name, text in ROUND4_FILES.items():
+        (tmp_path / file_name).write_text(text)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = CliRunner().invoke(main, [a.replace("{d}", str(tmp_path)) for a in argv])
+    assert r.exit_code == 2, (r.output, r.stderr, r.exception)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], r.stderr
+    assert "Traceback" not in r.output + r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("where", ["estimate", "runner_ups"])
+def test_explain_refuses_a_band_whose_top_is_zero(tmp_path, where):
+    """step_time_band_s [low, 0] divided by zero in the error bars of explain --out."""
+    out = tmp_path / "job"
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "64", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads((out / "plan.json").read_text())
+    (data["estimate"] if where == "estimate" else data["runner_ups"][0]["estimate"])["step_time_band_s"][1] = 0
+    edited = tmp_path / "band.json"
+    edited.write_text(json.dumps(data))
+    r = CliRunner().invoke(main, ["explain", str(edited), "--out", str(tmp_path / "again")])
+    assert r.exit_code == 2 and "step_time_band_s must be [low, high]" in r.stderr, (r.stderr, r.exception)
+    assert not (tmp_path / "again").exists()

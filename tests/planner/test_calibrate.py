@@ -208,7 +208,7 @@ def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
     cases["1e30-ms"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 1e30 |"), ["1.log", "outside any", "damaged"])
     cases["1-us"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 0.001 |"), ["1.log", "outside any", "damaged"])
     cases["garbled-number"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 2.5.0 |"),
-                               ["1.log", "truncated"])      # lines whose time is not a number are not read
+                               ["1.log", "line", "'2.5.0', not a time"])    # named, with its line
     for name, (text, words) in cases.items():
         (job / "probe" / "1.log").write_text(text)
         r = CliRunner().invoke(main, ["calibrate", str(job / "probe" / "1.log")])

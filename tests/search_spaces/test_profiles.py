@@ -29,15 +29,15 @@ def test_megatron_lm_is_scored_with_the_megatron_core_cost_profile():
 @pytest.fixture(scope="module")
 def calibrated():
     return planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=64, top_k=2,
-                        calibration={"iteration_overhead_s": 5.0})
+                        calibration={"iteration_overhead_s": 2.0})
 
 
 def test_the_cost_profile_carries_the_calibration(calibrated):
-    assert calibrated.profile.load_cost_profile().iteration_overhead_s == 5.0
+    assert calibrated.profile.load_cost_profile().iteration_overhead_s == 2.0
 
 
 def test_a_calibrated_plans_bands_use_the_calibrated_cost_profile(calibrated):
-    """The step-time band was made with the uncalibrated constants: 10 ms - 11.5 s around a 5.3 s step."""
+    """The step-time band was made with the uncalibrated constants: 10 ms - 11.5 s around a 5.3 s step with 5 s (now refused: at most 2 s, as in a calib.yaml)."""
     r = calibrated
     est = plan_to_dict(r)["estimate"]
     expected = bands_dict(r.model, r.cluster, r.profile.load_cost_profile(), r.best.layout, r.best.estimate)
