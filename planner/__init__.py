@@ -14,6 +14,13 @@ from .version import __version__
 
 def write_job(result, out, force: bool = False, launcher: str = "deepspeed"):
     """Write the Megatron-DeepSpeed job of a PlanResult to the directory `out` (see PlanResult.write)."""
+    from costmodels.errors import SpecError
+
+    from .result import PlanResult
+
+    if not isinstance(result, PlanResult):
+        raise SpecError(f"write_job takes the PlanResult that planner.plan(...) returns, got "
+                        f"{repr(result)[:60]} ({type(result).__name__})")
     return result.write(out, force=force, launcher=launcher)
 
 

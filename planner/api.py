@@ -4,9 +4,11 @@ Both accept presets, file paths or mappings for the model and the cluster, exact
 """
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 from costmodels.errors import SpecError
 from costmodels.estimate import estimate as _estimate
@@ -14,6 +16,7 @@ from costmodels.types import Estimate
 from costmodels.units import HOUR, parse_number
 
 from .advice import PlanWarning
+from .arguments import batch_token_range, path_text, shown
 from .specs import Case, case_from_dict, load_case
 
 
@@ -87,6 +90,104 @@ class EstimateResult:
         return estimate_result_dict(self)
 
 
+# Argument checks at the API boundary: a wrong type or shape is a SpecError naming the argument and
+# what it takes, never a TypeError / ValueError from deep inside (shared ones: planner/arguments.py).
+
+def whole_number(value, what: str, takes: str) -> int:
+    """An int (numpy's too), a float with no fraction (64.0) or its plain text ('64'); never a bool
+    and never a fraction silently cut (64.5 is refused, not read as 64)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    x = None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        x = float(value)
+    elif isinstance(value, str) and value.strip().isascii():     # plain number text: '64', '4e3'
+        try:
+            x = float(value.strip())
+        except ValueError:
+            x = None
+    if x is None or not math.isfinite(x) or not x.is_integer():
+        raise SpecError(f"{what} takes {takes}, got {shown(value)}")
+    return int(x)
+
+
+SEQ_LENS_TAKE = "a whole number of tokens or a list of them (e.g. 4096 or [2048, 4096])"
+
+
+def seq_lens_arg(seq_lens) -> tuple[int, ...]:
+    """`seq_lens`: one length (4096) or an iterable of lengths, each a whole number; () when None."""
+    if seq_lens is None:
+        return ()
+    if isinstance(seq_lens, (numbers.Real, str)):
+        items = [seq_lens]
+    elif isinstance(seq_lens, Iterable) and not isinstance(seq_lens, (bytes, Mapping)):
+        items = list(seq_lens)
+    else:
+        raise SpecError(f"seq_lens takes {SEQ_LENS_TAKE}, got {shown(seq_lens)}")
+    return tuple(whole_number(s, "seq_lens", SEQ_LENS_TAKE) for s in items)
+
+
+BATCH_TOKENS_TAKE = ("a (low, high) pair of token counts per step, e.g. (2**20, 2**22), or (n, n) for one "
+                     "target; or a range string as on the command line, e.g. '1M-4M' or '16M' "
+                     "(K / M / G = 2^10 / 2^20 / 2^30)")
+
+
+def batch_tokens_arg(value) -> tuple[float, float]:
+    """`global_batch_tokens`: a (low, high) pair of numbers, or the CLI's text ('1M-4M', '16M')."""
+    if isinstance(value, str):
+        try:
+            return batch_token_range(value)     # the CLI's parser
+        except SpecError:
+            raise SpecError(f"global_batch_tokens takes {BATCH_TOKENS_TAKE}; got {shown(value)}") from None
+    pair = list(value) if isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)) else None
+    if pair is None or len(pair) != 2 or \
+            any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in pair):
+        raise SpecError(f"global_batch_tokens takes {BATCH_TOKENS_TAKE}; got {shown(value)}")
+    try:
+        finite = all(math.isfinite(float(v)) for v in pair)
+    except OverflowError:           # an int beyond any float
+        finite = False
+    if not finite:
+        raise SpecError(f"global_batch_tokens {shown(value)} is beyond any real run: give finite token counts "
+                        "per step, e.g. (2**20, 2**22)")
+    lo, hi = (int(v) if isinstance(v, numbers.Integral) else float(v) for v in pair)
+    return lo, hi
+
+
+def choices_arg(choices) -> dict:
+    """`choices`: a mapping of knob name (str) to a value or a list / tuple of values; a number must be
+    whole (tp 4.5 is refused, not cut to 4)."""
+    if choices is None:
+        return {}
+    if not isinstance(choices, Mapping):
+        raise SpecError("choices takes a mapping of knob name to the values allowed, e.g. {'tp': [4, 8], "
+                        f"'precision': ['bf16']}}, got {shown(choices)}")
+    for name, values in choices.items():
+        if not isinstance(name, str):
+            raise SpecError(f"choices: knob names are strings such as 'tp' or 'zero', got {shown(name)}")
+        for v in values if isinstance(values, (list, tuple)) else (values,):
+            if isinstance(v, numbers.Real) and not isinstance(v, (bool, numbers.Integral)) \
+                    and not (math.isfinite(float(v)) and float(v).is_integer()):
+                raise SpecError(f"choices['{name}'] takes whole numbers or value names (e.g. [4, 8], "
+                                f"['bf16']), got {shown(v)}")
+    return dict(choices)
+
+
+def callback_arg(value, what: str, signature: str):
+    if value is not None and not callable(value):
+        raise SpecError(f"{what} takes a function {signature} or None, got {shown(value)}")
+    return value
+
+
+def framework_arg(framework) -> str:
+    """`framework` of plan: one of the rules profiles, by name."""
+    from search_spaces.frameworks import PROFILES
+
+    if not isinstance(framework, str):
+        raise SpecError(f"framework takes a framework name ({', '.join(PROFILES)}), got {shown(framework)}")
+    return framework
+
+
 def token_budget(value) -> float:
     """A training budget given explicitly (`--tokens`, `total_tokens=`): a positive token count. Left out
     (None) means no budget; 0 is refused rather than read as 'not given'."""
@@ -109,10 +210,11 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
         if framework:
             data["framework"] = framework
         case_obj = case_from_dict(data)
-    elif isinstance(case, (str, Path)):
-        case_obj = load_case(case)
-    else:
+    elif isinstance(case, Mapping):
         case_obj = case_from_dict(dict(case))
+    else:
+        case_obj = load_case(path_text(case, "case", "a case YAML path (str or pathlib.Path) or a mapping "
+                                       "with model, cluster and parallel sections"))
     if calibration is not None:
         from .calibrate import apply_case, as_constants, check_scope
         constants = as_constants(calibration)
@@ -215,7 +317,6 @@ def parse_price(value) -> tuple[float, str]:
     """'2.5', '2.5 USD', 'EUR 2.1', '$2.5' -> (2.5, 'USD'); the currency is kept as written."""
     import re
 
-
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         amount, currency = float(value), ""
     else:
@@ -224,6 +325,9 @@ def parse_price(value) -> tuple[float, str]:
             raise SpecError(f"--price-per-gpu-hour takes an amount with an optional currency (2.5, '2.5 USD'), "
                             f"got {value!r}")
         amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
+        if not currency.isprintable() or len(currency) > 12:
+            raise SpecError(f"--price-per-gpu-hour: the currency must be a short printable name such as USD or "
+                            f"EUR (at most 12 characters, no control characters), got {currency[:20]!r}")
     if not 0 <= amount <= 1e6:          # the cluster file's range
         raise SpecError(f"--price-per-gpu-hour must be an amount from 0 to 1e6 per GPU-hour, got {value!r}")
     return amount, {"$": "USD", "€": "EUR", "£": "GBP"}.get(currency, currency)
@@ -254,6 +358,9 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     from .settings import SearchSettings
     from .specs import default_seq_len, load_cluster, load_model
 
+    choices = choices_arg(choices)
+    callback_arg(progress, "progress", "progress(done, total, best)")
+    callback_arg(notify, "notify", "notify(line)")
     model_warns: list = []
     m = model if hasattr(model, "num_layers") else load_model(model, model_warns)
     c = load_cluster(cluster, num_gpus=gpus, gpus_per_node=gpus_per_node) if not hasattr(cluster, "gpu") else cluster
@@ -265,7 +372,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         from dataclasses import replace
         price, currency = parse_price(price_per_gpu_hour)
         c = replace(c, price_per_gpu_hour=price)
-    profile = load_profile(framework)
+    profile = load_profile(framework_arg(framework))
     if calibration is not None:
         from dataclasses import replace
         from .calibrate import apply_cluster, as_constants, check_scope, framework_overrides
@@ -277,18 +384,20 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
             profile = replace(profile, cost_overrides=tuple(sorted(overrides.items())))
     if global_batch is not None and global_batch_tokens is not None:
         raise SpecError("give either a global batch in sequences or a token range, not both")
-    if global_batch is not None and (isinstance(global_batch, bool) or int(global_batch) <= 0):
+    if global_batch is not None:
+        global_batch = whole_number(global_batch, "global_batch", "a positive whole number of sequences "
+                                    "per step (e.g. 512)")
+    if global_batch is not None and global_batch <= 0:
         raise SpecError(f"global batch must be a positive number of sequences, got {global_batch!r}")
-    if global_batch is not None and int(global_batch) > 10**9:
+    if global_batch is not None and global_batch > 10**9:
         raise SpecError(f"global batch {global_batch} is beyond any real run (max 10^9 sequences)")
     from .specs import alias_note
 
     notes = [n for n in (alias_note("gpu", cluster), alias_note("model", model)) if n]
     if calibration is not None:
         notes.append("calibrated constants: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(consts.items())))
-    if seq_lens:
-        seqs = tuple(int(s) for s in seq_lens)
-    else:
+    seqs = seq_lens_arg(seq_lens)
+    if not seqs:
         seq, why = default_seq_len(m)
         seqs = (seq,)
         notes.append(f"sequence length {seq} ({why}); --seq-len to change it")
@@ -298,6 +407,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         default = global_batch_tokens is None
         if default:
             global_batch_tokens = default_batch_tokens(c.num_gpus)
+        global_batch_tokens = batch_tokens_arg(global_batch_tokens)
         lo, hi = (float(x) for x in global_batch_tokens)
         if 0 < lo <= hi:
             notes.append(_batch_note(lo, hi, sorted(set(seqs)), default, c.num_gpus))
@@ -311,7 +421,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     trials = parse_number(trials, what="trials (the Optuna study's target)", low=1, high=10**7, integer=True)
     request = SearchRequest(num_gpus=c.num_gpus, global_batch=global_batch,
                             global_batch_tokens=global_batch_tokens, seq_lens=seqs,
-                            choices=dict(choices or {}), total_tokens=float(total_tokens or 0.0))
+                            choices=choices, total_tokens=float(total_tokens or 0.0))
     objectives = parse_objectives(objective)
     settings = SearchSettings(objectives=objectives, top_k=int(top_k), method=method,
                               storage=storage, study_name=study_name, seed=int(seed), trials=int(trials),

@@ -103,9 +103,14 @@ class PlanResult(SearchResult):
     def write(self, out, force: bool = False, launcher: str = "deepspeed", probe: int = 0):
         """Write the job directory (launch.sh, ds_config.json, plan.json, report.md, figures) to `out`,
         atomically; an existing `out` is replaced only with `force`. Returns its path."""
+        from costmodels.units import parse_number
+
+        from .arguments import path_text
         from .emit.writer import write_plan
         from .outdir import check_out_dir
 
+        path_text(out, "out", "a directory path (str or pathlib.Path)")
+        probe = parse_number(probe, what="probe (candidates written to probe.sh)", low=0, high=1000, integer=True)
         check_out_dir(out, force)
         return write_plan(self, out, force=force, launcher=launcher, probe=probe)
 

@@ -485,3 +485,12 @@ def test_explain_refuses_a_band_whose_top_is_zero(tmp_path, where):
     r = CliRunner().invoke(main, ["explain", str(edited), "--out", str(tmp_path / "again")])
     assert r.exit_code == 2 and "step_time_band_s must be [low, high]" in r.stderr, (r.stderr, r.exception)
     assert not (tmp_path / "again").exists()
+
+
+def test_a_currency_with_control_characters_is_refused(tmp_path):
+    """It reached report.md as written: ESC, BEL and BS in '**Cost** 20.00 ... per hour'."""
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "64", "--objective", "cost", "--price-per-gpu-hour",
+                                  "2.5 \x1b[mX\x07\x08", "--out", str(tmp_path / "job")])
+    assert r.exit_code == 2 and "the currency must be a short printable name" in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr and not (tmp_path / "job").exists()
