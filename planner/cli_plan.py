@@ -216,8 +216,9 @@ def explain(plan_json, out, force, as_json):
             return render_report(data, figures={})
         except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
             # fields the checks above do not cover (runner-ups, breakdowns) edited by hand
-            what = f"missing field {exc}" if isinstance(exc, KeyError) else exc.__class__.__name__
-            raise SpecError(f"plan file '{plan_json}' is damaged: {what}") from None
+            from .emit.plan_file import _describe
+            raise SpecError(f"plan file '{plan_json}' is damaged: {_describe(exc)[:200]}; re-run `planner plan "
+                            "--out`") from None
 
     text = run_command(work)
     if as_json:

@@ -494,3 +494,17 @@ def test_a_currency_with_control_characters_is_refused(tmp_path):
                                   "2.5 \x1b[mX\x07\x08", "--out", str(tmp_path / "job")])
     assert r.exit_code == 2 and "the currency must be a short printable name" in r.stderr, r.stderr
     assert "\x1b" not in r.stderr and not (tmp_path / "job").exists()
+
+
+def test_a_damaged_plan_says_what_broke_and_how_to_fix_it(tmp_path):
+    """It said only 'is damaged: TypeError'."""
+    out = tmp_path / "job"
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "64", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads((out / "plan.json").read_text())
+    data["why"] = 5
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    r = CliRunner().invoke(main, ["explain", str(edited)])
+    assert r.exit_code == 2 and "is damaged: TypeError: 'int' object is not iterable; re-run" in r.stderr, r.stderr
