@@ -375,9 +375,10 @@ def load_runs(inputs, plan=None) -> list[Run]:
 # (Megatron-DeepSpeed, bf16, FlashAttention-2, no recomputation, ZeRO-1), unless the record says otherwise.
 USER_RULES = dict(framework="megatron-deepspeed", precision="bf16", flash=True, dropout=0.0, recompute="none",
                   vpp=1, zero=1, mbs=1)
-# The keys a runs-file record may hold: the schema of ../shared/validation/README.md, the layout knobs
-# planner/validation.py reads beyond it, and the two link rates of a user's own cluster. Anything else
-# is refused (a misspelt key would be ignored, and the run predicted as another layout).
+# The keys a runs-file record may hold: the schema of ../shared/validation/README.md (with
+# deepspeed_runs.yaml's offload / zeropp), the layout knobs planner/validation.py reads beyond it, and
+# the two link rates of a user's own cluster. Anything else is refused (a misspelt key would be
+# ignored, and the run predicted as another layout).
 RUN_KEYS = {
     None: {"id", "source", "notes", "framework", "model", "cluster", "parallel", "measured"},
     "model": {"name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
@@ -387,10 +388,9 @@ RUN_KEYS = {
     "parallel": {"tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "zero_stage", "recompute",
                  "sequence_parallel", "precision", "flash_attention", "first_stage_layers", "last_stage_layers",
                  "cpu_offload_layers", "recompute_layers", "offload_optimizer", "offload_params",
-                 "offload_activations", "tp_comm_overlap"},
-    "measured": {"tflops_per_gpu", "mfu", "hfu", "iteration_time_s", "tokens_per_s_per_gpu", "peak_memory_gib",
-                 "step_time_s", "step_time_from", "tokens_per_s_per_gpu_from"},
-}
+                 "offload_activations", "tp_comm_overlap", "offload", "zeropp"},
+}   # `measured` may hold any figures a source gives (samples_per_s, flop_formula, ...): only step_time_s
+    # (required, checked) and peak_memory_gib are read
 
 
 def _check_run_keys(rec: dict, where: str) -> None:
@@ -436,7 +436,7 @@ def _yaml_runs(p: Path) -> list[Run]:
         if "id" in rec and (not isinstance(rec["id"], str) or not rec["id"].isprintable() or not 0 < len(rec["id"]) <= 200):
             raise SpecError(f"{where}: id must be a string of 1 to 200 printable characters (no newline or "
                             f"escape), got {str(rec['id'])[:40]!r}")
-        rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec}
+        rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec, "parallel": _deepspeed_schema_keys(rec["parallel"], where)}
         rules = _rules_of(rec, where)
         try:
             r = record_from_published(rec, rules=rules, source=None if rules is None else str(p))
@@ -451,6 +451,23 @@ def _yaml_runs(p: Path) -> list[Run]:
         except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:
             raise SpecError(f"{where}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
         out.append(Run(r.id, r.source, case, float(r.measured_step_s)))
+    return out
+
+
+def _deepspeed_schema_keys(parallel: dict, where: str) -> dict:
+    """deepspeed_runs.yaml's two extra layout keys (../shared/validation/README.md section 3) in the
+    planner's terms: `offload: cpu` is ZeRO-Offload of the optimizer (offload_optimizer cpu), `none` or
+    null nothing; `zeropp` (ZeRO++ / hpZ / MiCS features) is not modelled from a record, so it must be
+    absent or null."""
+    out = {k: v for k, v in parallel.items() if k not in ("offload", "zeropp")}
+    offload = parallel.get("offload")
+    if offload not in (None, "none", "cpu"):
+        raise SpecError(f"{where}: parallel.offload must be none, cpu or null, got {str(offload)[:40]!r}")
+    if offload == "cpu":
+        out.setdefault("offload_optimizer", "cpu")
+    if parallel.get("zeropp") not in (None, False, "none"):
+        raise SpecError(f"{where}: parallel.zeropp (ZeRO++ / hpZ / MiCS features) is not read from a runs file; "
+                        "leave it out or null")
     return out
 
 

@@ -508,3 +508,24 @@ def test_a_damaged_plan_says_what_broke_and_how_to_fix_it(tmp_path):
     edited.write_text(json.dumps(data))
     r = CliRunner().invoke(main, ["explain", str(edited)])
     assert r.exit_code == 2 and "is damaged: TypeError: 'int' object is not iterable; re-run" in r.stderr, r.stderr
+
+
+def test_runs_files_take_every_record_of_the_validation_data():
+    """The unknown-key check refuses typos, not the schema: every record of ../shared/validation and
+    benchmarks/data passes it (deepspeed_runs.yaml adds parallel.offload / zeropp and more measured
+    figures), and offload: cpu is read as ZeRO-Offload of the optimizer."""
+    from planner.calibrate import _check_run_keys, _deepspeed_schema_keys
+    from planner.validation import validation_dir
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    files = [validation_dir() / "published_dev.yaml", validation_dir() / "deepspeed_runs.yaml",
+             root / "benchmarks" / "data" / "heldout_runs.yaml", root / "benchmarks" / "data" / "bloom_chronicles.yaml"]
+    n = 0
+    for f in files:
+        for rec in yaml.safe_load(f.read_text()):
+            if all(isinstance(rec.get(k), dict) for k in ("model", "cluster", "parallel", "measured")):
+                _check_run_keys(rec, rec["id"])
+                n += 1
+    assert n > 150
+    assert _deepspeed_schema_keys({"tp": 1, "offload": "cpu", "zeropp": None}, "r") == \
+        {"tp": 1, "offload_optimizer": "cpu"}
