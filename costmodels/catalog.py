@@ -8,6 +8,7 @@ import difflib
 import functools
 import json
 import math
+import numbers
 import os
 import stat
 from importlib import resources
@@ -405,8 +406,9 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
     num_gpus = system.get("num_gpus", system.get("gpus_per_node", 8))
     gpn = system.get("gpus_per_node", 8)
     for key, value in (("num_gpus", num_gpus), ("gpus_per_node", gpn)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise SpecError(f"cluster: {key} must be a whole number, got {value!r}")
+    num_gpus, gpn = int(num_gpus), int(gpn)                  # numpy ints too
     domain = parse_number(system.get("nvlink_domain", gpn), what="cluster nvlink_domain", low=1,
                           high=1_000_000, integer=True)
     bw = lambda k, default, positive=True: _bandwidth(parse_quantity(system.get(k, default),  # noqa: E731

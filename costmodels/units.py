@@ -7,6 +7,7 @@ into SI numbers once, at load time, and `fmt_*` turn SI numbers back into text f
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 from .errors import SpecError
@@ -114,6 +115,8 @@ def parse_number(value, *, what: str, low: float | None = None, high: float | No
     """A plain number (no unit) in [low, high] ((low, high] with `low_open`); finite; never a bool."""
     if isinstance(value, str) and _PLAIN_NUMBER.fullmatch(value.strip()):
         value = float(value)        # PyYAML reads 1e6 (no '.' or exponent sign) as text
+    if isinstance(value, numbers.Real) and not isinstance(value, (int, float, bool)) and type(value).__name__ != "bool_":
+        value = int(value) if isinstance(value, numbers.Integral) else float(value)     # numpy scalars
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
         kind = "a whole number" if integer else "a number"
         raise SpecError(f"{what}: expected {kind}{_range_text(low, high, low_open)}, got {value!r}")

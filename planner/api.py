@@ -143,13 +143,8 @@ def batch_tokens_arg(value) -> tuple[float, float]:
     if pair is None or len(pair) != 2 or \
             any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in pair):
         raise SpecError(f"global_batch_tokens takes {BATCH_TOKENS_TAKE}; got {shown(value)}")
-    try:
-        finite = all(math.isfinite(float(v)) for v in pair)
-    except OverflowError:           # an int beyond any float
-        finite = False
-    if not finite:
-        raise SpecError(f"global_batch_tokens {shown(value)} is beyond any real run: give finite token counts "
-                        "per step, e.g. (2**20, 2**22)")
+    from search_spaces.space import check_batch_tokens
+    check_batch_tokens(*pair)           # finite, above 0, LOW <= HIGH, not beyond any real run
     lo, hi = (int(v) if isinstance(v, numbers.Integral) else float(v) for v in pair)
     return lo, hi
 
@@ -189,10 +184,12 @@ def framework_arg(framework) -> str:
 
 
 def token_budget(value) -> float:
-    """A training budget given explicitly (`--tokens`, `total_tokens=`): a positive token count. Left out
-    (None) means no budget; 0 is refused rather than read as 'not given'."""
+    """A training budget (`total_tokens=`): a token count; 0 or None means no budget, as in a case file's
+    training.total_tokens (the command line refuses an explicit `--tokens 0`: planner/arguments.py)."""
+    if value is None:
+        return 0.0
     try:
-        return parse_number(value, what="tokens (training budget)", low=0.0, high=1e18, low_open=True)
+        return parse_number(value, what="tokens (training budget)", low=0.0, high=1e18)
     except SpecError as exc:
         raise SpecError(f"{exc}; leave it out for no budget") from None
 
@@ -223,8 +220,7 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     from search_spaces.frameworks import structural_errors   # the same rules the planner enforces
     preferences = structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
-    tokens = token_budget(total_tokens) if total_tokens is not None else \
-        parse_number(case_obj.training.total_tokens or 0.0, what="tokens (training budget)", low=0.0, high=1e18)
+    tokens = token_budget(total_tokens if total_tokens is not None else case_obj.training.total_tokens)
     return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults,
                           tuple(PlanWarning(*w) for w in case_obj.warnings) + rule_warnings(case_obj)
                           + tuple(PlanWarning("search_rule", f"estimated anyway: {msg}; collectives that leave "
@@ -411,7 +407,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         lo, hi = (float(x) for x in global_batch_tokens)
         if 0 < lo <= hi:
             notes.append(_batch_note(lo, hi, sorted(set(seqs)), default, c.num_gpus))
-    total_tokens = token_budget(total_tokens) if total_tokens is not None else 0.0
+    total_tokens = token_budget(total_tokens)
     top_k = parse_number(top_k, what="top (plans to report)", low=1, high=1000, integer=True)
     seed = parse_number(seed, what="seed", low=0, high=2**32 - 1, integer=True)
     if study_name is not None and (not str(study_name).strip() or not str(study_name).isprintable()

@@ -59,3 +59,12 @@ def batch_token_range(text):
     except SpecError:       # name what was given, not the piece the range split it into
         raise SpecError(f"--global-batch-tokens takes LOW-HIGH or one positive target (e.g. 1M-4M or 16M "
                         f"tokens), got {text!r}") from None
+
+
+def cli_token_budget(value):
+    """`--tokens`: left out (None) means no budget; given, it must be a positive count (an explicit
+    `--tokens 0` is a mistake to report, not 'no budget')."""
+    if value is not None and value == 0:
+        raise SpecError("--tokens must be a positive number of training tokens (e.g. 300e9), got 0; leave it "
+                        "out for no budget")
+    return value            # other values are checked as total_tokens (planner/api.py token_budget)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -142,7 +143,7 @@ def as_constants(calibration) -> dict:
         return load_calibration(calibration)
     if isinstance(calibration, Calibration):
         return dict(calibration.constants)
-    if not isinstance(calibration, dict):
+    if not isinstance(calibration, Mapping):
         raise SpecError(f"calibration must be a calib.yaml path, a Calibration or a mapping of constants, "
                         f"got {type(calibration).__name__}")
     return checked_constants(calibration, "calibration")
@@ -394,15 +395,9 @@ RUN_KEYS = {
 
 
 def _check_run_keys(rec: dict, where: str) -> None:
-    import difflib
     for section, known in RUN_KEYS.items():
-        mapping = rec if section is None else rec[section]
-        for key in mapping:
-            if key not in known:
-                name = str(key)[:40] if section is None else f"{section}.{str(key)[:40]}"
-                close = difflib.get_close_matches(str(key), sorted(known), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
-                raise SpecError(f"{where}: unknown key {name!r}{hint}")
+        catalog.check_known_keys(rec if section is None else rec[section], known,
+                                 where if section is None else f"{where}, {section}")
 
 
 def _yaml_runs(p: Path) -> list[Run]:
@@ -456,15 +451,15 @@ def _yaml_runs(p: Path) -> list[Run]:
 
 def _deepspeed_schema_keys(parallel: dict, where: str) -> dict:
     """deepspeed_runs.yaml's two extra layout keys (../shared/validation/README.md section 3) in the
-    planner's terms: `offload: cpu` is ZeRO-Offload of the optimizer (offload_optimizer cpu), `none` or
-    null nothing; `zeropp` (ZeRO++ / hpZ / MiCS features) is not modelled from a record, so it must be
+    planner's terms: `offload: cpu` / `nvme` is ZeRO-Offload of the optimizer (offload_optimizer), `none`
+    or null nothing; `zeropp` (ZeRO++ / hpZ / MiCS features) is not modelled from a record, so it must be
     absent or null."""
     out = {k: v for k, v in parallel.items() if k not in ("offload", "zeropp")}
     offload = parallel.get("offload")
-    if offload not in (None, "none", "cpu"):
-        raise SpecError(f"{where}: parallel.offload must be none, cpu or null, got {str(offload)[:40]!r}")
-    if offload == "cpu":
-        out.setdefault("offload_optimizer", "cpu")
+    if offload not in (None, "none", "cpu", "nvme"):
+        raise SpecError(f"{where}: parallel.offload must be none, cpu, nvme or null, got {str(offload)[:40]!r}")
+    if offload in ("cpu", "nvme"):
+        out.setdefault("offload_optimizer", offload)      # as planner/validation.py reads these records
     if parallel.get("zeropp") not in (None, False, "none"):
         raise SpecError(f"{where}: parallel.zeropp (ZeRO++ / hpZ / MiCS features) is not read from a runs file; "
                         "leave it out or null")

@@ -10,6 +10,7 @@ import click
 
 from .emit.shell import comment_text as one_line
 from .cli_common import CLIError, run_command
+from .arguments import cli_token_budget
 from .serialise import to_json
 
 
@@ -48,9 +49,9 @@ def estimate(case, as_json, tokens, calibration):
     def work():
         if str(case).endswith(".json"):
             from .emit.plan_file import case_from_plan_json
-            result = api.estimate(case_from_plan_json(case), total_tokens=tokens, calibration=calibration)
+            result = api.estimate(case_from_plan_json(case), total_tokens=cli_token_budget(tokens), calibration=calibration)
         else:
-            result = api.estimate(case, total_tokens=tokens, calibration=calibration)
+            result = api.estimate(case, total_tokens=cli_token_budget(tokens), calibration=calibration)
         return result
 
     result = run_command(work)

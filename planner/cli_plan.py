@@ -11,6 +11,7 @@ from search_spaces.knobs import CLI_KNOBS
 
 from .arguments import TOKEN_SUFFIXES, parse_tokens  # noqa: F401  (the CLI's token units; tests read them here)
 from .arguments import batch_token_range as _batch_tokens
+from .arguments import cli_token_budget
 
 
 def _split(value):
@@ -163,7 +164,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
-                          objective=objective, top_k=max(top_k, probe) if probe > 0 else top_k, framework=framework, total_tokens=tokens,
+                          objective=objective, top_k=max(top_k, probe) if probe > 0 else top_k, framework=framework, total_tokens=cli_token_budget(tokens),
                           method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
                           progress=reporter, price_per_gpu_hour=price, calibration=calibration,
                           notify=None if quiet else _notice)

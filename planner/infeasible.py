@@ -40,8 +40,12 @@ def nothing_fits(model, cluster, profile, request, space) -> InfeasibleError:
                          "precision", "mbs", "tp", "pp")
              if k in request.choices]
     hint = f"; or free {', '.join('--' + k.replace('_', '-') for k in freed)}" if freed else ""
-    lowest = lowest_memory(model, cluster, profile, space)
-    if not min_gpus and lowest and lowest <= cluster.gpu.hbm_bytes:
+    lowest, host_limited, one_fits = memory_limits(model, cluster, profile, space)
+    if one_fits:
+        return InfeasibleError(
+            f"no layout the search visited fits in memory on {n} x {cluster.gpu.name}, but one exists (the leanest "
+            f"needs {fmt_bytes(lowest)} per GPU): give more --trials or use --method lattice{hint}", min_gpus=min_gpus)
+    if not min_gpus and host_limited:
         # the GPU side fits: what does not is the offloaded state in the nodes' host memory or NVMe
         return InfeasibleError(
             f"no layout fits on {n} x {cluster.gpu.name}: the leanest layout needs {fmt_bytes(lowest)} per GPU, "
@@ -81,13 +85,15 @@ def smallest_gpu_count(model, cluster, profile, request) -> int | None:
     return None
 
 
-def lowest_memory(model, cluster, profile, space) -> float | None:
-    """The smallest peak memory per GPU of any layout satisfying the rules (None: no such layout)."""
+def memory_limits(model, cluster, profile, space) -> tuple[float | None, bool, bool]:
+    """Over every layout satisfying the rules: the smallest peak memory per GPU (None: no such layout);
+    whether host memory is what stops them (some fit the GPU, none of those the nodes' host memory and
+    NVMe); whether one fits after all (a search that samples, Optuna, did not visit it)."""
     core, cat, cross, _ = cpsat.sub_lattices(space, profile.all_rules)
     if not len(core["tp"]) or not len(cat["zero"]):
-        return None
+        return None, False, False
     cost_fw = profile.load_cost_profile()
-    best = None
+    best, gpu_side_fits, any_fits = None, False, False
     nk = len(cat["zero"])
     per = max(1, SCORE_CHUNK // nk)
     for start in range(0, len(core["tp"]), per):
@@ -96,4 +102,6 @@ def lowest_memory(model, cluster, profile, space) -> float | None:
             b = estimate_batch(model, cluster, cost_fw, columns_to_batch(cols))
             low = float(np.min(b.peak_memory_bytes))
             best = low if best is None else min(best, low)
-    return best
+            gpu_side_fits |= bool(np.any(b.peak_memory_bytes <= cluster.gpu.hbm_bytes))
+            any_fits |= bool(np.any(b.fits))
+    return best, gpu_side_fits and not any_fits, any_fits

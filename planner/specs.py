@@ -7,6 +7,8 @@ Every field a case leaves out takes a documented default, and `Case.defaults` sa
 """
 from __future__ import annotations
 
+import os
+
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +81,8 @@ def model_warnings(data: dict, model: ModelSpec) -> list[tuple[str, str, str]]:
 def load_model(ref, warnings: list | None = None) -> ModelSpec:
     """Preset name, YAML / config.json path, or mapping. What the target cannot express is appended
     to `warnings` as (kind, message, suggestion)."""
+    if isinstance(ref, os.PathLike):
+        ref = os.fspath(ref)              # a pathlib.Path, as cluster=, case= and out= take
     if isinstance(ref, str) and ref.endswith(".json") and Path(ref).exists():
         data = catalog.read_json_file(ref, "model")
         if not isinstance(data, dict):

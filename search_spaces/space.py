@@ -83,6 +83,23 @@ def _powers_of_two(limit: int) -> list[int]:
     return out
 
 
+def check_batch_tokens(lo, hi) -> None:
+    """A token range per step that a run can have: finite, above 0, LOW <= HIGH, at most MAX_BATCH_TOKENS
+    (the one check of the range: the API, the request and the batch candidates all call it)."""
+    try:
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError, OverflowError):
+        raise SpecError(f"global batch token range {str(lo)[:30]}-{str(hi)[:30]}: give finite token counts "
+                        "per step") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise SpecError(f"global batch token range {lo:g}-{hi:g}: give finite token counts per step")
+    if not 0 < lo <= hi:
+        raise SpecError(f"global batch token range {lo:g}-{hi:g} is empty; give LOW <= HIGH, both above 0")
+    if hi > MAX_BATCH_TOKENS:
+        raise SpecError(f"global batch token range {lo:g}-{hi:g} is beyond any real run: give at most "
+                        f"{MAX_BATCH_TOKENS:g} tokens per step")
+
+
 def batch_sequences(lo: float, hi: float, seq_len: int) -> tuple[list[int], bool]:
     """Global batches (in sequences of `seq_len`) for a token range, and whether it was rounded.
 
@@ -90,9 +107,7 @@ def batch_sequences(lo: float, hi: float, seq_len: int) -> tuple[list[int], bool
     such as 4e6 tokens, or a narrow range), the whole number of sequences nearest to the middle of
     the range (at least one): the rounding is reported, never silent.
     """
-    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi <= MAX_BATCH_TOKENS):
-        raise SpecError(f"global batch token range {lo:g}-{hi:g} is beyond any real run: give tokens per step "
-                        f"above 0 and at most {MAX_BATCH_TOKENS:g}, LOW <= HIGH")
+    check_batch_tokens(lo, hi)
     out = []
     for base in (1, 3):
         v = base
@@ -113,8 +128,7 @@ def _batch_candidates(request: SearchRequest, seq_lens: tuple[int, ...]) -> tupl
         raise SpecError("give a global batch (--global-batch N sequences) or a token range "
                         "(--global-batch-tokens LOW-HIGH)")
     lo, hi = request.global_batch_tokens
-    if not 0 < lo <= hi:
-        raise SpecError(f"global batch token range {lo:g}-{hi:g} is empty; give LOW <= HIGH, both > 0")
+    check_batch_tokens(lo, hi)
     out = set()
     for s in seq_lens:
         out.update(batch_sequences(lo, hi, s)[0])
@@ -169,10 +183,7 @@ def check_request(request: SearchRequest) -> None:
             raise SpecError(f"--seq-len {str(s)[:40]} is beyond any real run: give whole numbers of tokens from "
                             f"1 to {MAX_KNOB_VALUE:,}")
     if request.global_batch_tokens is not None:
-        lo, hi = request.global_batch_tokens
-        if not all(math.isfinite(float(v)) and 0 < float(v) <= MAX_BATCH_TOKENS for v in (lo, hi)):
-            raise SpecError(f"global batch token range {lo:g}-{hi:g} is beyond any real run: give tokens per "
-                            f"step above 0 and at most {MAX_BATCH_TOKENS:g}")
+        check_batch_tokens(*request.global_batch_tokens)
 
 
 def parse_choice(name: str, values) -> tuple:
@@ -183,7 +194,8 @@ def parse_choice(name: str, values) -> tuple:
                         f"{' is not searched (set it in a case file for planner estimate)' if unsearched else ''}; "
                         f"searched knobs: {', '.join(KNOBS)}")
     out = []
-    for v in values if isinstance(values, (list, tuple)) else (values,):
+    many = isinstance(values, (list, tuple, set, frozenset, np.ndarray))
+    for v in (list(values) if many else (values,)):
         if name in ENUMS:
             out.append(ENUMS[name].parse(v).code)
         elif name in BOOLS:
@@ -229,8 +241,13 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, request: SearchRequest) 
             domain = list(parse_choice(name, request.choices[name]))
             if not domain:
                 raise SpecError(f"{flag(name)}: no value given")
-            if name in DEGREES and max(domain) > request.num_gpus:
-                raise SpecError(f"{flag(name)} {max(domain)} is more than the {request.num_gpus} GPUs; a parallel "
-                                "degree divides the GPU count")
+            if name in DEGREES:
+                # a degree above the GPU count cannot divide it: left out of a list of choices (--pp 1,2,4 on
+                # 2 GPUs), refused when it is all that was asked (CP-SAT would multiply it past 64 bits)
+                fitting = [v for v in domain if v <= request.num_gpus]
+                if not fitting:
+                    raise SpecError(f"{flag(name)} {min(domain)} is more than the {request.num_gpus} GPUs; a "
+                                    "parallel degree divides the GPU count")
+                domain = fitting
         knobs[name] = Knob(name, tuple(domain), BY_NAME[name].doc)
     return Space(model=model, cluster=cluster, request=request, knobs=knobs)

@@ -330,17 +330,17 @@ def _mds_log(ms=250.0, **kw):
     return mds_log(ms, **kw)
 
 
-def test_a_log_line_with_many_iteration_heads_is_read_in_one_pass(tmp_path):
-    """The iteration pattern rescanned the rest of a line from every 'iteration N/M |' in it (seconds
-    for a 60 KB line, minutes for 3 MB); now the head is found once and the elapsed time after it.
-    A line longer than any Megatron prints is skipped."""
+def test_a_line_longer_than_megatron_prints_is_not_read(tmp_path):
+    """The iteration pattern rescanned the rest of a line from every 'iteration N/M |' in it (a 3 MB
+    line hung calibrate); now the head is found once, the elapsed time after it, and a line longer than
+    any Megatron prints (MAX_LINE_CHARS) is skipped: here one that would add a 99 s iteration."""
     from planner.calibrate import MAX_LINE_CHARS, parse_log
-    heads = "iteration 20/20 |" * 3000
+    heads = "iteration 20/20 |" * 3000                              # under the limit: read, first head
+    padded = " iteration 20/20 | elapsed time per iteration (ms): 99999.0 |" + "x" * MAX_LINE_CHARS
     log = tmp_path / "1.log"
-    log.write_text(_mds_log() + heads + " elapsed time per iteration (ms): 250.0 |\n"
-                   + "iteration 1/2 |" * (MAX_LINE_CHARS // 10) + "\n")
+    log.write_text(_mds_log() + heads + " elapsed time per iteration (ms): 250.0 |\n" + padded + "\n")
     run = parse_log(log)
-    assert len(run.iterations) == 21 and run.step_s == pytest.approx(0.25)
+    assert len(run.iterations) == 21 and max(ms for _, ms in run.iterations) == 750.0   # the padded line is not
 
 
 def test_a_log_of_two_runs_is_refused(tmp_path):
@@ -364,11 +364,11 @@ def test_an_iteration_time_that_is_not_a_time_names_the_line(tmp_path):
 
 
 @pytest.mark.parametrize("section,key,fragment", [
-    ("parallel", "tpp", "unknown key 'parallel.tpp'; did you mean 'tp'?"),
-    ("parallel", "micro_batch_size", "unknown key 'parallel.micro_batch_size'; did you mean 'micro_batch'?"),
-    ("model", "hiden_size", "unknown key 'model.hiden_size'; did you mean 'hidden_size'?"),
-    ("cluster", "foo", "unknown key 'cluster.foo'"),
-    (None, "paralel", "unknown key 'paralel'; did you mean 'parallel'?"),
+    ("parallel", "tpp", "record 1, parallel: unknown key 'tpp'; did you mean tp?"),
+    ("parallel", "micro_batch_size", "parallel: unknown key 'micro_batch_size'; did you mean micro_batch?"),
+    ("model", "hiden_size", "model: unknown key 'hiden_size'; did you mean hidden_size?"),
+    ("cluster", "foo", "cluster: unknown key 'foo'"),
+    (None, "paralel", "record 1: unknown key 'paralel'; did you mean parallel?"),
 ])
 def test_a_runs_file_refuses_unknown_keys(tmp_path, section, key, fragment):
     """They were ignored: the run was predicted as another layout, without a word."""
@@ -510,15 +510,14 @@ def test_a_damaged_plan_says_what_broke_and_how_to_fix_it(tmp_path):
     assert r.exit_code == 2 and "is damaged: TypeError: 'int' object is not iterable; re-run" in r.stderr, r.stderr
 
 
-def test_runs_files_take_every_record_of_the_validation_data():
+def test_runs_files_take_every_record_of_the_validation_data(validation_dir):
     """The unknown-key check refuses typos, not the schema: every record of ../shared/validation and
     benchmarks/data passes it (deepspeed_runs.yaml adds parallel.offload / zeropp and more measured
     figures), and offload: cpu is read as ZeRO-Offload of the optimizer."""
     from planner.calibrate import _check_run_keys, _deepspeed_schema_keys
-    from planner.validation import validation_dir
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
-    files = [validation_dir() / "published_dev.yaml", validation_dir() / "deepspeed_runs.yaml",
+    files = [validation_dir / "published_dev.yaml", validation_dir / "deepspeed_runs.yaml",
              root / "benchmarks" / "data" / "heldout_runs.yaml", root / "benchmarks" / "data" / "bloom_chronicles.yaml"]
     n = 0
     for f in files:
@@ -529,3 +528,36 @@ def test_runs_files_take_every_record_of_the_validation_data():
     assert n > 150
     assert _deepspeed_schema_keys({"tp": 1, "offload": "cpu", "zeropp": None}, "r") == \
         {"tp": 1, "offload_optimizer": "cpu"}
+
+
+def test_review_regressions_of_the_checks_above(tmp_path):
+    """What the checks above must not refuse (review of 2026-11-24): a list of degrees with some above
+    the GPU count (the README's --pp 1,2,4 on 2 GPUs), total_tokens=0 in the API (no budget, as in a
+    case file), numpy integers, a calibration given as another Mapping, a model given as a Path, a set or
+    an array of choices."""
+    import types
+    from pathlib import Path
+    import numpy as np
+    import planner
+    r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "2",
+                                  "--pp", "1,2,4", "--global-batch", "64", "--quiet"])
+    assert r.exit_code == 0, r.stderr
+    root = Path(__file__).resolve().parents[2]
+    res = planner.plan(root / "examples" / "llama3.1-8b-config.json", "H100-SXM", gpus=np.int64(8),
+                       global_batch=np.int64(64), top_k=np.int64(1), total_tokens=0, advice=False,
+                       choices={"tp": np.array([1, 2]), "pp": {1}})
+    assert res.best.layout.tp in (1, 2) and res.best.layout.pp == 1 and res.request.total_tokens == 0
+    res.write(tmp_path / "job", probe=np.int64(1))
+    case = root / "examples" / "llama2-7b-h100.yaml"
+    assert planner.estimate(str(case), total_tokens=0).total_tokens == 0
+    calibrated = planner.estimate(str(case), calibration=types.MappingProxyType({"compute_scale": 0.9}))
+    assert calibrated.estimate.step_time_s > planner.estimate(str(case)).estimate.step_time_s
+
+
+def test_an_optuna_study_that_visited_no_fitting_layout_says_one_exists():
+    """Nothing fitting after one trial was blamed on host memory (2 TiB per node) or on the GPU."""
+    r = CliRunner().invoke(main, ["plan", "--model", "llama3.1-70b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "8", "--tp", "1", "--pp", "1", "--cp", "1", "--method",
+                                  "optuna", "--trials", "1", "--quiet"])
+    assert r.exit_code == 2 and "no layout the search visited fits" in r.stderr and "--method lattice" in r.stderr, \
+        r.stderr
