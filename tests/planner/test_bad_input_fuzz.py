@@ -56,6 +56,13 @@ FILES = {
     "act.json": hf(hidden_act="foo"),
     "ffn0.json": hf(intermediate_size=0),
     "two_hidden.json": hf(model_type="gpt2", n_embd=768),
+    # round 4
+    "int_key.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 2, 1: 2}\n",
+    "fast.yaml": "gpu: H100-SXM\nnum_gpus: 16\nnetwork_bandwidth: 400 Eb/s\n",
+    "gbs.yaml": "gpu: H100-SXM\nnum_gpus: 16\nnetwork_bandwidth: 400 gb/s\n",
+    "two_hidden.yaml": model_file("128").replace("hidden_size: 128", "hidden: 256\nhidden_size: 128"),
+    "two_seq.yaml": model_file("128").replace("seq_length: 1024", "seq_length: 128\nmax_seq_len: 64"),
+    "no_host.yaml": "gpu: H100-SXM\nnum_gpus: 8\nhost_memory: 0 GB\n",
 }
 
 TABLE = [
@@ -113,6 +120,30 @@ TABLE = [
     ("SQLite folder missing", ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
                                "--global-batch", "64", "--method", "optuna", "--trials", "5",
                                "--storage", "sqlite:///{d}/nodir/study.db"], "does not exist; create it"),
+    # fuzzing review, round 4 (2026-11-24)
+    ("--seq-len beyond 64 bits", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--seq-len", "99999999999999999999"], "--seq-len 99999999999999999999 is beyond"),
+    ("--seq-len 2^63 - 1 is not an interrupt", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus",
+                                                "8", "--seq-len", "9223372036854775807"], "is beyond any real run"),
+    ("--global-batch-tokens 1e300", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                     "--global-batch-tokens", "1e300"], "is beyond any real run"),
+    ("--global-batch-tokens 1e308-1e308", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                           "--global-batch-tokens", "1e308-1e308"], "is beyond any real run"),
+    ("degrees whose product overflows", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                         "--tp", "10000000", "--pp", "10000000", "--cp", "10000000"],
+     "--tp 10000000 is more than the 8 GPUs"),
+    ("a number as a parallel key", ["estimate", "{d}/int_key.yaml"], "unknown field(s) 1"),
+    ("400 Eb/s", ["plan", "--model", "gpt-1.7b", "--cluster", "{d}/fast.yaml", "--global-batch", "64"],
+     "faster than any link"),
+    ("a unit's case", ["plan", "--model", "gpt-1.7b", "--cluster", "{d}/gbs.yaml", "--global-batch", "64"],
+     "cluster network_bandwidth: '400 gb/s': unknown unit"),
+    ("hidden and hidden_size disagree", ["plan", "--model", "{d}/two_hidden.yaml", "--cluster", "H100-SXM",
+                                         "--gpus", "8"], "hidden = 256 and hidden_size = 128 name the same field"),
+    ("seq_length and max_seq_len disagree", ["plan", "--model", "{d}/two_seq.yaml", "--cluster", "H100-SXM",
+                                             "--gpus", "8"], "seq_length = 128 and max_seq_len = 64"),
+    ("host memory, not the GPU's", ["plan", "--model", "llama2-7b", "--cluster", "{d}/no_host.yaml",
+                                    "--global-batch", "64", "--offload-optimizer", "cpu"],
+     "does not fit in the cluster's host memory (0 B per node)"),
 ]
 
 
@@ -423,52 +454,6 @@ def test_the_api_checks_a_calibration_mapping_like_a_calib_yaml(calibration, fra
         planner.estimate(str(case), calibration=calibration)
 
 
-ROUND4 = [
-    ("--seq-len beyond 64 bits", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
-                                  "--seq-len", "99999999999999999999"], "--seq-len 99999999999999999999 is beyond"),
-    ("--seq-len 2^63 - 1 is not an interrupt", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus",
-                                                "8", "--seq-len", "9223372036854775807"], "is beyond any real run"),
-    ("--global-batch-tokens 1e300", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
-                                     "--global-batch-tokens", "1e300"], "is beyond any real run"),
-    ("--global-batch-tokens 1e308-1e308", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
-                                           "--global-batch-tokens", "1e308-1e308"], "is beyond any real run"),
-    ("degrees whose product overflows", ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
-                                         "--tp", "10000000", "--pp", "10000000", "--cp", "10000000"],
-     "--tp 10000000 is more than the 8 GPUs"),
-    ("a number as a parallel key", ["estimate", "{d}/int_key.yaml"], "unknown field(s) 1"),
-    ("400 Eb/s", ["plan", "--model", "gpt-1.7b", "--cluster", "{d}/fast.yaml", "--global-batch", "64"],
-     "faster than any link"),
-    ("a unit's case", ["plan", "--model", "gpt-1.7b", "--cluster", "{d}/gbs.yaml", "--global-batch", "64"],
-     "cluster network_bandwidth: '400 gb/s': unknown unit"),
-    ("hidden and hidden_size disagree", ["plan", "--model", "{d}/two_hidden.yaml", "--cluster", "H100-SXM",
-                                         "--gpus", "8"], "hidden = 256 and hidden_size = 128 name the same field"),
-    ("seq_length and max_seq_len disagree", ["plan", "--model", "{d}/two_seq.yaml", "--cluster", "H100-SXM",
-                                             "--gpus", "8"], "seq_length = 128 and max_seq_len = 64"),
-    ("host memory, not the GPU's", ["plan", "--model", "llama2-7b", "--cluster", "{d}/no_host.yaml",
-                                    "--global-batch", "64", "--offload-optimizer", "cpu"],
-     "does not fit in the cluster's host memory (0 B per node)"),
-]
-ROUND4_FILES = {
-    "int_key.yaml": "model: llama2-7b\ncluster: H100-SXM\nparallel: {tp: 2, 1: 2}\n",
-    "fast.yaml": "gpu: H100-SXM\nnum_gpus: 16\nnetwork_bandwidth: 400 Eb/s\n",
-    "gbs.yaml": "gpu: H100-SXM\nnum_gpus: 16\nnetwork_bandwidth: 400 gb/s\n",
-    "two_hidden.yaml": model_file("128").replace("hidden_size: 128", "hidden: 256\nhidden_size: 128"),
-    "two_seq.yaml": model_file("128").replace("seq_length: 1024", "seq_length: 128\nmax_seq_len: 64"),
-    "no_host.yaml": "gpu: H100-SXM\nnum_gpus: 8\nhost_memory: 0 GB\n",
-}
-
-
-@pytest.mark.parametrize("name,argv,fragment", ROUND4, ids=[t[0] for t in ROUND4])
-def test_fuzzed_input_round4_is_one_clear_line(name, argv, fragment, tmp_path):
-    for file_name, text in ROUND4_FILES.items():
-        (tmp_path / file_name).write_text(text)
-    before = sorted(p.name for p in tmp_path.iterdir())
-    r = CliRunner().invoke(main, [a.replace("{d}", str(tmp_path)) for a in argv])
-    assert r.exit_code == 2, (r.output, r.stderr, r.exception)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], r.stderr
-    assert "Traceback" not in r.output + r.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 @pytest.mark.parametrize("where", ["estimate", "runner_ups"])
