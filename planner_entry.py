@@ -12,4 +12,12 @@ def main():
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted; nothing was written\n")
         raise SystemExit(130) from None
-    return cli()
+    try:
+        return cli()
+    except OSError as exc:
+        # writing the output failed (a full disk, a closed stream; click handles a broken pipe itself)
+        try:
+            sys.stderr.write(f"error: cannot write the output: {exc.strerror or exc}\n")
+        except OSError:
+            pass
+        raise SystemExit(2) from None

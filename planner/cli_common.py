@@ -42,3 +42,12 @@ def run_command(fn, *args, **kwargs):
         raise CLIError(str(exc) if str(exc) else exc.__class__.__name__) from None
     except KeyboardInterrupt:
         raise Interrupted("interrupted; nothing was written") from None
+    except OSError as exc:
+        # what the file system refuses (a name too long, a folder that vanished) where no check of ours
+        # ran first: one line naming the path and the reason
+        raise CLIError(os_error_text(exc)) from None
+
+
+def os_error_text(exc: OSError) -> str:
+    where = f"'{str(exc.filename)[:80]}{'...' if len(str(exc.filename)) > 80 else ''}': " if exc.filename else ""
+    return f"{where}{exc.strerror or exc.__class__.__name__}; nothing was written"

@@ -101,7 +101,32 @@ def _not_written_by_planner(directory: Path) -> str:
         raise SpecError(f"--out {directory}: cannot read it ({exc.strerror or exc.__class__.__name__})") from None
     if not any(m in entries for m in PLANNER_MARKERS):
         return f"has no {' or '.join(PLANNER_MARKERS)}, so it is not an earlier plan or report"
+    for marker in PLANNER_MARKERS:
+        if marker in entries and not _written_by_planner(directory / marker):
+            return f"holds a {marker} the planner did not write (its content is not a plan's or report's)"
     return ""
+
+
+PLAN_KEYS = frozenset({"version", "inputs", "layout", "estimate"})
+REPORT_HEADER = b"# Training plan: "          # the first line planner/report.py render_report writes
+
+
+def _written_by_planner(path: Path) -> bool:
+    """Whether plan.json / report.md holds what the planner writes: a JSON object with a plan's keys,
+    or a report that starts with the planner's header (a name alone is not enough for --force)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64 << 20)
+    except OSError:
+        return False
+    if path.name == "report.md":
+        return head.startswith(REPORT_HEADER)
+    import json
+    try:
+        data = json.loads(head)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and PLAN_KEYS <= set(data)
 
 
 def write_out_file(out, text: str, force: bool, inputs=(), ours=None, kind: str = "output") -> None:

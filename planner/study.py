@@ -163,6 +163,37 @@ def sqlite_file(url) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
+# The tables Optuna's RDBStorage creates (optuna/storages/_rdb/models.py) and its schema-version table.
+OPTUNA_TABLES = frozenset({"studies", "version_info", "study_directions", "study_user_attributes",
+                           "study_system_attributes", "trials", "trial_user_attributes",
+                           "trial_system_attributes", "trial_params", "trial_values", "trial_intermediate_values",
+                           "trial_heartbeats", "alembic_version"})
+
+
+def check_sqlite_file(db: Path, url) -> None:
+    """An SQLite storage is a new file or an Optuna database: not a device, a FIFO or a folder (SQLite
+    would write its journal beside it, /dev/null-journal), and not a database of other tables (Optuna
+    would add its own to a user's data)."""
+    shown = public_storage(url)
+    if db.exists() and not db.is_file():
+        raise SpecError(f"--storage {shown!r}: '{db.name}' exists and is not a regular file; give an SQLite file "
+                        "name (a new one, or a study database this planner wrote)")
+    if not db.exists() or db.stat().st_size == 0:
+        return
+    import sqlite3
+    from contextlib import closing
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)) as con:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise SpecError(f"--storage {shown!r}: '{db.name}' is not an SQLite database ({exc}); give a new file "
+                        "name or a study database") from None
+    foreign = sorted(tables - OPTUNA_TABLES)
+    if foreign:
+        raise SpecError(f"--storage {shown!r}: '{db.name}' holds tables Optuna did not make ({', '.join(foreign[:5])}); "
+                        "the planner keeps its studies apart from other data: give another file name")
+
+
 def make_storage(optuna, url: str | None):
     """An Optuna storage for `url` (None: in memory) with heartbeats and, for SQLite, serialised access."""
     if not url:
@@ -172,6 +203,8 @@ def make_storage(optuna, url: str | None):
     if db is not None and not db.parent.is_dir():
         raise SpecError(f"--storage {public_storage(url)!r}: the folder '{db.parent.name or db.parent}' that "
                         "should hold the SQLite file does not exist; create it, or give a file in an existing folder")
+    if db is not None:
+        check_sqlite_file(db, url)
     kwargs = {"connect_args": {"timeout": 60}} if is_sqlite else {}
     for attempt in range(10):
         try:

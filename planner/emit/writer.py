@@ -114,9 +114,31 @@ def _tmp_prefix(target: Path) -> str:
     return f".{stem}.{os.getpid()}."
 
 
+# Written first into every temporary folder (and into an old job moved aside), removed before a folder
+# is published: a leftover folder is deleted only when it holds this file with this text, never for its
+# name alone (a user's '.results.2024.backup.old' matches the name pattern).
+TMP_MARKER = ".llm-train-planner-tmp"
+TMP_MARKER_TEXT = b"temporary folder of llm-train-planner; deleted by its next run once this run is gone\n"
+
+
+def _mark(folder: Path) -> None:
+    (folder / TMP_MARKER).write_bytes(TMP_MARKER_TEXT)
+
+
+def _is_marked(folder: str) -> bool:
+    marker = os.path.join(folder, TMP_MARKER)
+    try:
+        if os.path.islink(marker) or not os.path.isfile(marker):
+            return False
+        with open(marker, "rb") as fh:
+            return fh.read(len(TMP_MARKER_TEXT) + 1) == TMP_MARKER_TEXT
+    except OSError:
+        return False
+
+
 def _clean_stale(parent: Path, target: Path) -> None:
     """Remove temporary folders left by runs that were killed (kill -9) while writing `target`: the
-    pid in their name belongs to no living process."""
+    pid in their name belongs to no living process, and the folder holds the planner's marker file."""
     stem = os.fsencode(target.name)[:64].decode("utf-8", "ignore")
     try:
         entries = list(os.scandir(parent))
@@ -127,7 +149,7 @@ def _clean_stale(parent: Path, target: Path) -> None:
         if not m or m.group("name") != stem or not entry.is_dir(follow_symlinks=False):
             continue
         pid = int(m.group("pid"))
-        if pid == os.getpid() or _alive(pid):
+        if pid == os.getpid() or _alive(pid) or not _is_marked(entry.path):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -186,8 +208,10 @@ def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict |
         try:
             _clean_stale(parent, target)
             tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target), suffix=".tmp", dir=parent))
+            _mark(tmp)
             for name, content in sorted(files.items()):
                 _write_file(tmp / name, content, (modes or {}).get(name, 0o644))
+            (tmp / TMP_MARKER).unlink()                 # the published folder holds only the job
             os.chmod(tmp, 0o755)
             if force and target.exists():
                 real = target.resolve()            # through a symbolic link, its target is replaced
@@ -195,6 +219,7 @@ def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict |
                     old = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target), suffix=".old", dir=parent))
                     os.rmdir(old)
                     os.replace(real, old)
+                    _mark(old)                          # the old job, moved aside: deleted below
                     os.replace(tmp, real)
                     tmp = old
             else:

@@ -546,3 +546,95 @@ def test_an_optuna_study_that_visited_no_fitting_layout_says_one_exists():
                                   "optuna", "--trials", "1", "--quiet"])
     assert r.exit_code == 2 and "no layout the search visited fits" in r.stderr and "--method lattice" in r.stderr, \
         r.stderr
+
+
+# ---- fuzzing review, round 5 (2026-11-24) ----------------------------------------------------------
+
+PLAN64 = ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64", "--quiet"]
+
+
+def test_a_users_folder_named_like_a_leftover_is_not_deleted(tmp_path):
+    """Before writing --out results, every sibling '.results.<number>.<word>.old' / '.tmp' whose number
+    was no living process was deleted, without --force: a user's '.results.2024.backup.old' with it.
+    Only a folder holding the planner's marker file is a leftover now."""
+    from planner.emit.writer import TMP_MARKER, TMP_MARKER_TEXT
+    mine = tmp_path / ".results.2024.backup.old"
+    mine.mkdir()
+    (mine / "data.csv").write_text("important\n")
+    leftover = tmp_path / ".results.2025.abc123.tmp"             # a killed run's folder, marked
+    leftover.mkdir()
+    (leftover / TMP_MARKER).write_bytes(TMP_MARKER_TEXT)
+    r = CliRunner().invoke(main, PLAN64 + ["--out", str(tmp_path / "results")])
+    assert r.exit_code == 0, r.stderr
+    assert (mine / "data.csv").read_text() == "important\n" and not leftover.exists()
+    assert not (tmp_path / "results" / TMP_MARKER).exists()      # the published job holds no marker
+
+
+def test_force_replaces_a_plan_or_report_by_its_content_not_its_name(tmp_path):
+    """A folder whose files only had the planner's names (a report.md of thesis notes, a plan.json of
+    other data) was replaced with --force."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "report.md").write_text("# My thesis notes\n")
+    (notes / "plan.json").write_text('{"my": "data"}')
+    r = CliRunner().invoke(main, PLAN64 + ["--out", str(notes), "--force"])
+    assert r.exit_code == 2 and "holds a plan.json the planner did not write" in r.stderr, r.stderr
+    assert (notes / "report.md").read_text() == "# My thesis notes\n"
+    job = tmp_path / "job"
+    for _ in range(2):                                            # an earlier plan is replaced
+        assert CliRunner().invoke(main, PLAN64 + ["--out", str(job), "--force"]).exit_code == 0
+    for _ in range(2):                                            # and an earlier report
+        r = CliRunner().invoke(main, ["explain", str(job / "plan.json"), "--out", str(tmp_path / "rep"), "--force"])
+        assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "foreign", "garbage"])
+def test_an_sqlite_storage_must_be_a_new_file_or_an_optuna_database(tmp_path, kind):
+    """sqlite:////dev/null left /dev/null-journal behind; a user's database got Optuna's 13 tables."""
+    import sqlite3
+    db = tmp_path / "x.db"
+    if kind == "fifo":
+        os.mkfifo(db)
+        fragment = "exists and is not a regular file"
+    elif kind == "foreign":
+        with sqlite3.connect(db) as con:
+            con.execute("create table customers (name text)")
+        fragment = "holds tables Optuna did not make (customers)"
+    else:
+        db.write_bytes(b"not a database at all, " * 10)
+        fragment = "is not an SQLite database"
+    r = CliRunner().invoke(main, PLAN64 + ["--method", "optuna", "--trials", "2", "--storage", f"sqlite:///{db}"])
+    assert r.exit_code == 2 and fragment in r.stderr, r.stderr
+    if kind == "foreign":
+        with sqlite3.connect(db) as con:
+            assert [t for (t,) in con.execute("select name from sqlite_master where type = 'table'")] == ["customers"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.db"]
+
+
+def test_a_path_the_file_system_refuses_is_one_line(tmp_path):
+    """ENAMETOOLONG from --out, explain, calibrate and validate paths was an OSError traceback."""
+    long_name = "a" * 300
+    for argv in (PLAN64 + ["--out", str(tmp_path / long_name / "x")], ["explain", f"{long_name}.json"],
+                 ["calibrate", f"{long_name}.log", "--out", str(tmp_path / "c.yaml")],
+                 ["validate", "--data", long_name]):
+        r = CliRunner().invoke(main, argv)
+        assert r.exit_code == 2, (argv[0], r.stderr, r.exception)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "File name too long" in lines[0] and "Traceback" not in r.output
+
+
+def test_an_output_write_error_is_one_line(monkeypatch, capsys):
+    """'planner catalog models > /dev/full' printed click's echo traceback (ENOSPC)."""
+    import errno
+    import click
+    import planner_entry
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(click, "echo", full)
+    monkeypatch.setattr("sys.argv", ["planner", "catalog", "models"])
+    with pytest.raises(SystemExit) as exc:
+        planner_entry.main()
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == ["error: cannot write the output: No space left on device"]
