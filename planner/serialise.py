@@ -86,6 +86,8 @@ def inputs_dict(result) -> dict:
     cluster = {"gpu": g.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                "nvlink_domain": c.nvlink_domain, "nvlink_bandwidth_bytes_per_s": c.nvlink_bytes_per_s,
                "network_bandwidth_bytes_per_s": c.network_bytes_per_s, "hbm_bytes": g.hbm_bytes,
+               "pcie_bandwidth_bytes_per_s": c.pcie_bytes_per_s, "host_memory_bytes": c.host_memory_bytes,
+               "nvme_bytes": c.nvme_bytes, "nvme_bandwidth_bytes_per_s": c.nvme_bytes_per_s,
                "price_per_gpu_hour": c.price_per_gpu_hour, "currency": result.currency}
     req = result.request
     request = {"num_gpus": req.num_gpus, "global_batch": req.global_batch,

@@ -45,13 +45,30 @@ def _bytes_per_s(value):
     return value
 
 
+def _check_gpu_is_the_catalogs(c: dict) -> None:
+    """plan.json names its GPU; read back, the name means the catalog's GPU. A plan made with a GPU
+    mapping of its own under a catalog name (other memory) would be re-estimated on another GPU."""
+    from costmodels import catalog
+    hbm = c.get("hbm_bytes")
+    try:
+        gpu = catalog.load_gpu(c["gpu"])
+    except SpecError:
+        return                                      # an unknown name: the cluster check names it
+    if isinstance(hbm, (int, float)) and not isinstance(hbm, bool) and abs(gpu.hbm_bytes - hbm) > 0.5 * 2**20:
+        raise SpecError(f"the plan was made with a GPU spec of its own named {c['gpu']!r} ({hbm / 2**30:.2f} GiB, "
+                        f"the catalog's has {gpu.hbm_bytes / 2**30:.2f} GiB); estimate the plan's layout from the "
+                        "original cluster file instead")
+
+
 def case_from_plan_json(path) -> dict:
     """The case (model, cluster, parallel, framework) a plan.json describes."""
     data = load_plan_json(path)
     try:
-        return _case(data)
+        case = _case(data)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise SpecError(f"plan file '{path}' is damaged: {_describe(exc)}") from None
+    _check_gpu_is_the_catalogs(data["inputs"]["cluster"])   # estimated again: on the catalog's GPU
+    return case
 
 
 def _describe(exc) -> str:
@@ -133,6 +150,12 @@ def _case(data: dict) -> dict:
                "nvlink_domain": c["nvlink_domain"], "nvlink_bandwidth": _bytes_per_s(c["nvlink_bandwidth_bytes_per_s"]),
                "network_bandwidth": _bytes_per_s(c["network_bandwidth_bytes_per_s"]),
                "price_per_gpu_hour": c.get("price_per_gpu_hour", 0.0)}
+    # the node's host side (offload needs it); plan.json files written before it was recorded lack it
+    for key, unit in (("pcie_bandwidth", "B/s"), ("host_memory", "B"), ("nvme", "B"), ("nvme_bandwidth", "B/s")):
+        value = c.get(f"{key}_bytes_per_s" if unit == "B/s" else f"{key}_bytes")
+        if value is not None:
+            cluster[key] = f"{value!r} {unit}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                else value
     parallel = dict(data["layout"])
     parallel.pop("density", None)
     tokens = inp.get("request", {}).get("total_tokens") or 0.0

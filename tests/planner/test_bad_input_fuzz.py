@@ -638,3 +638,37 @@ def test_an_output_write_error_is_one_line(monkeypatch, capsys):
         planner_entry.main()
     assert exc.value.code == 2
     assert capsys.readouterr().err.splitlines() == ["error: cannot write the output: No space left on device"]
+
+
+def test_a_plan_made_on_a_cluster_file_reads_back_with_its_host_side(tmp_path):
+    """plan.json dropped the cluster's host memory and NVMe: a plan with NVMe offload on the README's
+    own examples/cluster-h100-ib.yaml could not be explained or estimated again ('NVMe offload needs
+    NVMe in the cluster spec')."""
+    from pathlib import Path
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "cluster-h100-ib.yaml"
+    job = tmp_path / "job"
+    r = CliRunner().invoke(main, ["plan", "--model", "llama2-7b", "--cluster", str(cluster), "--global-batch", "64",
+                                  "--offload-optimizer", "nvme", "--out", str(job), "--quiet"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads((job / "plan.json").read_text())
+    assert data["layout"]["offload_optimizer"] == "nvme" and data["inputs"]["cluster"]["nvme_bytes"] == 30e12
+    assert CliRunner().invoke(main, ["explain", str(job / "plan.json")]).exit_code == 0
+    again = CliRunner().invoke(main, ["estimate", str(job / "plan.json"), "--json"])
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout)["step_time_s"] == pytest.approx(data["estimate"]["step_time_s"], rel=1e-9)
+
+
+def test_a_plan_on_a_gpu_spec_of_its_own_under_a_catalog_name_is_not_estimated_on_the_catalogs(tmp_path):
+    """A cluster file's GPU mapping named H100-SXM with 200 GiB planned as fitting; estimate plan.json
+    then silently said 152.94 GiB of 80.00 GiB (DOES NOT FIT)."""
+    gpu = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "costmodels", "catalog", "gpus",
+                                           "h100-sxm.yaml")))
+    gpu["hbm"] = "200 GiB"
+    cluster = tmp_path / "big.yaml"
+    cluster.write_text(yaml.safe_dump({"gpu": gpu, "num_gpus": 8}))
+    job = tmp_path / "job"
+    assert CliRunner().invoke(main, PLAN64[:3] + ["--cluster", str(cluster), "--global-batch", "64", "--quiet",
+                                                  "--out", str(job)]).exit_code == 0
+    r = CliRunner().invoke(main, ["estimate", str(job / "plan.json")])
+    assert r.exit_code == 2 and "a GPU spec of its own named 'H100-SXM' (200.00 GiB" in r.stderr, r.stderr
+    assert CliRunner().invoke(main, ["explain", str(job / "plan.json")]).exit_code == 0   # its own numbers
