@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from importlib import resources
 
+from .emit.shell import printable
+
 # Leave-one-source-out step-time error of the sources that ran the target framework, measured by
 # `python benchmarks/validate.py` on 2026-11-24 (README). Update both together.
 TARGET_FRAMEWORK_LOSO = (("vTrain's 1,440 single-node runs", 0.232), ("vTrain's 109 multi-node runs", 0.088),
@@ -71,10 +73,10 @@ def evidence_lines(data: dict) -> list[str]:
         out.append(f"fp8: GEMM speed-up {value} over bf16, from {_runs(note)}.")
     eff = gpu.get("gemm_efficiency")
     if eff and "ASSUMED" in eff[1]:
-        out.append(f"{inputs['cluster']['gpu']}: GEMM efficiency {eff[0]} is {eff[1]}")
+        out.append(f"{printable(str(inputs['cluster']['gpu']))}: GEMM efficiency {eff[0]} is {eff[1]}")
     link = gpu.get("nvlink_efficiency")
     if not link:
-        out.append(f"{inputs['cluster']['gpu']}: NCCL bus efficiency inside a node is the assumed default "
+        out.append(f"{printable(str(inputs['cluster']['gpu']))}: NCCL bus efficiency inside a node is the assumed default "
                    "(0.8); only the A100's is fitted to measured all-reduces.")
     host = fw.get("host_overhead")
     est = data.get("estimate", {})

@@ -10,6 +10,10 @@ from pathlib import Path
 from costmodels.errors import SpecError
 
 
+# 255 bytes per file name, less '.optuna.db-journal' (18), the longest name written beside an --out
+MAX_OUT_NAME = 255 - len(".optuna.db-journal")
+
+
 def _resolved(out, kind: str) -> tuple[Path, Path]:
     """(path, resolved path) of an --out, after the checks every output shares: a name, no NUL, a
     file name within the 255-byte limit, not a dangling symbolic link."""
@@ -21,9 +25,10 @@ def _resolved(out, kind: str) -> tuple[Path, Path]:
         raise SpecError(f"--out {str(out)[:60]!r} contains a control character (a newline, a tab, an escape); "
                         "give a name of printable characters")
     p = Path(out)
-    if len(os.fsencode(p.name)) > 240:
+    if len(os.fsencode(p.name)) > MAX_OUT_NAME:
         raise SpecError(f"--out: the name {p.name[:40]}... is {len(os.fsencode(p.name))} bytes long; "
-                        "use at most 240 (file names are limited to 255 bytes)")
+                        f"use at most {MAX_OUT_NAME} (file names are limited to 255 bytes, and the default "
+                        "study file beside it adds '.optuna.db-journal')")
     if p.is_symlink() and not p.exists():
         raise SpecError(f"--out {out} is a dangling symbolic link")
     try:

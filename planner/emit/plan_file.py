@@ -22,7 +22,14 @@ def load_plan_json(path) -> dict:
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
         raise SpecError(f"'{path}' is not a plan.json written by `planner plan --out` "
                         f"(needs {', '.join(REQUIRED)})")
+    version = data.get("version")
+    if version != PLAN_VERSION or isinstance(version, bool):
+        raise SpecError(f"plan file '{path}' has version {str(version)[:20]!r}; this planner reads version "
+                        f"{PLAN_VERSION} (write it again with `planner plan --out`)")
     return _printable(data)
+
+
+PLAN_VERSION = 1        # what planner/emit/writer.py writes as plan.json's "version"
 
 
 def _printable(x):

@@ -23,6 +23,7 @@ from pathlib import Path
 from costmodels.errors import SpecError
 from search_spaces.frameworks import PROFILES
 
+from .plan_file import PLAN_VERSION
 from .targets import emitter_for, probe_unsupported
 
 
@@ -44,7 +45,7 @@ def render_files(result, launcher: str = "deepspeed", probe: int = 0) -> dict[st
             raise SpecError(probe_unsupported(PROFILES.values()))
         probe_files, data["probe"] = emitter.render_probe(result, probe, launcher)
         files.update(probe_files)
-    data["version"] = 1
+    data["version"] = PLAN_VERSION
     figures = render_figures(data, result)
     files.update(figures)
     files["plan.json"] = (json.dumps(data, indent=2, sort_keys=True, default=_default) + "\n").encode()

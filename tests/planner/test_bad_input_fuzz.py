@@ -672,3 +672,45 @@ def test_a_plan_on_a_gpu_spec_of_its_own_under_a_catalog_name_is_not_estimated_o
     r = CliRunner().invoke(main, ["estimate", str(job / "plan.json")])
     assert r.exit_code == 2 and "a GPU spec of its own named 'H100-SXM' (200.00 GiB" in r.stderr, r.stderr
     assert CliRunner().invoke(main, ["explain", str(job / "plan.json")]).exit_code == 0   # its own numbers
+
+
+@pytest.mark.parametrize("version", [99, "1.0", None, True])
+def test_a_plan_json_of_another_version_is_refused(tmp_path, version):
+    """explain and estimate read any version (99, '1.0', null, missing) as this planner's."""
+    job = tmp_path / "job"
+    assert CliRunner().invoke(main, PLAN64 + ["--out", str(job)]).exit_code == 0
+    data = json.loads((job / "plan.json").read_text())
+    data["version"] = version
+    edited = tmp_path / "old.json"
+    edited.write_text(json.dumps(data))
+    for cmd in ("explain", "estimate"):
+        r = CliRunner().invoke(main, [cmd, str(edited)])
+        assert r.exit_code == 2 and "this planner reads version 1" in r.stderr, (cmd, r.stderr)
+
+
+def test_an_out_name_leaves_room_for_the_study_file_beside_it(tmp_path):
+    """A 238-240-byte --out passed, then the default study's journal (<name>.optuna.db-journal) was
+    longer than 255 bytes: a misleading 'writable' error and a 0-byte <name>.optuna.db left behind."""
+    from planner.outdir import MAX_OUT_NAME
+    assert MAX_OUT_NAME + len(".optuna.db-journal") == 255
+    r = CliRunner().invoke(main, PLAN64 + ["--method", "optuna", "--trials", "2", "--out",
+                                           str(tmp_path / ("j" * (MAX_OUT_NAME + 1)))])
+    assert r.exit_code == 2 and f"use at most {MAX_OUT_NAME}" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_gpu_name_from_a_cluster_file_reaches_the_report_printable(tmp_path):
+    """report.md's 'How far to trust' bullets printed a cluster file's GPU name raw (newline, CR)."""
+    gpu = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "costmodels", "catalog", "gpus",
+                                           "h100-sxm.yaml")))
+    gpu["name"] = "My\rGPU\nX"
+    for key in ("aliases",):
+        gpu.pop(key, None)
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(yaml.safe_dump({"gpu": gpu, "num_gpus": 8}))
+    job = tmp_path / "job"
+    r = CliRunner().invoke(main, PLAN64[:3] + ["--cluster", str(cluster), "--global-batch", "64", "--quiet",
+                                               "--out", str(job)])
+    assert r.exit_code == 0, r.stderr
+    report = (job / "report.md").read_text()
+    assert "\r" not in report and "My?GPU?X" in report and "My\nGPU" not in report
