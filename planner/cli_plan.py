@@ -154,13 +154,33 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         if out is not None:
             check_out_dir(out, force, inputs)
         choices = {k: _split(v) for k, v in knobs.items() if v is not None}
+        if storage is not None and not storage.strip():
+            raise SpecError("--storage is empty; give a database URL (sqlite:///studies.db), or leave it out for "
+                            "the default (a file beside --out, else the user cache)")
         store = storage or (default_storage(out) if out else USER_CACHE)
         db = sqlite_file(storage) if (storage and out) else None
+        if db is not None and db.resolve() == Path(out).resolve():
+            raise SpecError(f"--storage names the same path as --out {out}; give the database another file name "
+                            "(the default when --storage is not given: an .optuna.db file next to the folder)")
         if db is not None and Path(out).resolve() in db.resolve().parents:
             raise SpecError(f"--storage puts the Optuna study inside --out {out}, which the planner writes "
                             "whole (and --force replaces); keep the database beside it (the default when "
                             "--storage is not given: an .optuna.db file next to the folder)")
         reporter = Progress(show, "trials" if method == "optuna" else "blocks", lines=lines)
+        # the default study file beside --out, made by this run: removed again if the run fails
+        made_here = sqlite_file(store) if (not storage and out) else None
+        if made_here is not None and made_here.exists():
+            made_here = None
+        try:
+            return _plan_and_write(store, choices, inputs, reporter)
+        except BaseException:
+            if made_here is not None:
+                for suffix in ("", "-journal", "-wal", "-shm"):
+                    leftover = made_here.with_name(made_here.name + suffix)
+                    leftover.unlink(missing_ok=True)
+            raise
+
+    def _plan_and_write(store, choices, inputs, reporter):
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
@@ -208,9 +228,10 @@ def explain(plan_json, out, force, as_json):
 
         data = load_plan_json(plan_json)
         check_plan(data, plan_json)
-        if as_json:
-            return data
         try:
+            if as_json:
+                render_report(data, figures={})  # the same damage checks as the text (nothing is printed)
+                return data
             if out is not None:
                 from .emit.writer import write_report_dir
                 return write_report_dir(data, out, force=force, inputs=[plan_json])

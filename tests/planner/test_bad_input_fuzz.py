@@ -714,3 +714,35 @@ def test_a_gpu_name_from_a_cluster_file_reaches_the_report_printable(tmp_path):
     assert r.exit_code == 0, r.stderr
     report = (job / "report.md").read_text()
     assert "\r" not in report and "My?GPU?X" in report and "My\nGPU" not in report
+
+
+def test_storage_clashes_are_refused_before_the_search(tmp_path):
+    """--storage '' fell back to the user cache without a word; --storage sqlite:///job --out job ran the
+    whole search, created the file 'job', then failed at write time and left it."""
+    for storage, fragment in (("", "--storage is empty"), (f"sqlite:///{tmp_path / 'job'}", "the same path as --out")):
+        r = CliRunner().invoke(main, PLAN64 + ["--method", "optuna", "--trials", "2", "--storage", storage,
+                                               "--out", str(tmp_path / "job")])
+        assert r.exit_code == 2 and fragment in r.stderr, r.stderr
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_explain_json_checks_the_plan_as_the_text_does(tmp_path):
+    """explain --json exited 0 on files plain explain refused as damaged (warnings: 'oops')."""
+    job = tmp_path / "job"
+    assert CliRunner().invoke(main, PLAN64 + ["--out", str(job)]).exit_code == 0
+    data = json.loads((job / "plan.json").read_text())
+    data["warnings"] = "oops"
+    edited = tmp_path / "w.json"
+    edited.write_text(json.dumps(data))
+    for extra in ([], ["--json"]):
+        r = CliRunner().invoke(main, ["explain", str(edited)] + extra)
+        assert r.exit_code == 2 and "is damaged" in r.stderr, (extra, r.stderr)
+
+
+def test_a_failed_search_leaves_no_default_study_file(tmp_path):
+    """A search that ended in an error still left a j.optuna.db (and its WAL files) beside --out."""
+    r = CliRunner().invoke(main, ["plan", "--model", "llama3.1-405b", "--cluster", "V100-32GB", "--gpus", "8",
+                                  "--global-batch", "64", "--method", "optuna", "--trials", "3", "--quiet",
+                                  "--out", str(tmp_path / "j")])
+    assert r.exit_code == 2 and "no layout fits" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
