@@ -9,7 +9,6 @@ import click
 
 from search_spaces.knobs import CLI_KNOBS
 
-from .arguments import TOKEN_SUFFIXES, parse_tokens  # noqa: F401  (the CLI's token units; tests read them here)
 from .arguments import batch_token_range as _batch_tokens
 from .arguments import cli_token_budget
 

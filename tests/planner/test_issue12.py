@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from planner.cli import main
-from planner.cli_plan import parse_tokens
+from planner.arguments import parse_tokens
 
 
 def _plan(*args):
