@@ -46,6 +46,54 @@ def test_every_constant_states_its_provenance():
     assert missing == []
 
 
+# A GPU file's data-sheet quantities are cited by its `source:`; everything else in a GPU file, and every
+# key of a framework profile (switches, byte counts, memory allowances too), states its provenance.
+DATA_SHEET_KEYS = {"name", "source", "aliases", "hbm", "hbm_bandwidth", "peak", "fp32", "tf32", "fp16", "bf16",
+                   "fp8", "sparse_2to4", "system", "gpus_per_node", "nvlink_domain", "nvlink_bandwidth",
+                   "network_bandwidth", "pcie_bandwidth", "host_memory", "fitted"}
+ANY_LINE = re.compile(r"^(\s*)([a-z0-9_]+):\s*([^#\n]*?)\s*(?:#\s*(.*))?$")
+PROVENANCE = re.compile(r"\b(FITTED|ASSUMED|SET BY HAND)\b")
+
+
+def untagged_lines(path):
+    """Lines of a catalog file whose key states no provenance. A nested line inherits its block
+    header's tag; a framework profile's identity keys and a GPU file's data-sheet keys need none."""
+    out, header_tagged, exempt = [], False, DATA_SHEET_KEYS if path.parent.name == "gpus" else {"name", "source"}
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        m = ANY_LINE.match(text)
+        if not m:
+            continue
+        indent, key, value, comment = m.group(1), m.group(2), m.group(3), m.group(4) or ""
+        tagged = bool(PROVENANCE.search(comment))
+        if not indent:
+            header_tagged = tagged
+        if key in exempt or tagged or (indent and header_tagged):
+            continue
+        out.append(f"{path.relative_to(ROOT)}:{number} {key}")
+    return out
+
+
+def test_every_key_of_every_profile_states_its_provenance():
+    """Not only the efficiency constants: overlaps, byte counts and memory allowances move estimates as
+    much, and a reader must be able to tell a documented behaviour from a round figure."""
+    paths = sorted(CATALOG.glob("gpus/*.yaml")) + sorted(CATALOG.glob("frameworks/*.yaml"))
+    assert len(paths) >= 15
+    assert [line for p in paths for line in untagged_lines(p)] == []
+
+
+def test_the_broader_check_catches_an_untagged_line(tmp_path):
+    (tmp_path / "frameworks").mkdir()
+    bad = tmp_path / "frameworks" / "x.yaml"
+    bad.write_text("name: x\nallocator_fragmentation: 0.10\nstate_bytes:   # ASSUMED (source): counted\n"
+                   "  bf16: {weights: 2}\ncuda_context: 1.5 GiB   # SET BY HAND: context\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert untagged_lines(bad) == ["frameworks/x.yaml:2 allocator_fragmentation"]
+    finally:
+        ROOT = saved
+
+
 def test_fitted_means_fit_py_fits_it(fit):
     targets = {(path.resolve(), p.yaml_key) for p in fit.ALL_PARAMETERS for path in fit.catalog_targets(p)}
     claimed = {(p.resolve(), k) for p, n, k, c in _constant_lines() if re.search(r"\bFITTED\b", c)}
