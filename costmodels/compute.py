@@ -119,15 +119,32 @@ def layer_gemm_shapes(m: ModelSpec, tokens, tp):
 
 def layer_gemm_times(m: ModelSpec, gpu, tokens, tp, rate, sparse_speedup=1.0):
     """Forward and backward seconds of the layer's weight GEMMs: forward (M, N, K), input gradient
-    (M, K, N) and weight gradient (K, N, M) per GEMM; 2:4 sparsity speeds up the first two."""
+    (M, K, N) and weight gradient (K, N, M) per GEMM; 2:4 sparsity speeds up the first two. Also the
+    weight-gradient seconds of the two column-parallel GEMMs (QKV, fc1), whose input gradients are
+    the layer's backward TP collectives (`backward_tp_exposed`)."""
     def times(tokens, tp, rate, speedup):
         fwd = bwd = 0.0
+        wgrad = []
         for mm, nn, kk in layer_gemm_shapes(m, tokens, tp):
+            w = gemm_time(kk, nn, mm, rate, gpu)
             fwd = fwd + gemm_time(mm, nn, kk, rate * speedup, gpu)
-            bwd = bwd + gemm_time(mm, kk, nn, rate * speedup, gpu) + gemm_time(kk, nn, mm, rate, gpu)
-        return fwd, bwd
+            bwd = bwd + gemm_time(mm, kk, nn, rate * speedup, gpu) + w
+            wgrad.append(w)
+        return fwd, bwd, wgrad[0], wgrad[2]
 
     return on_distinct_rows(times, tokens, tp, rate, sparse_speedup)
+
+
+def backward_tp_exposed(collective, wgrad_qkv, wgrad_fc1, hidden_share):
+    """Exposed seconds of a layer's two backward TP collectives (the input gradients of QKV and fc1,
+    all-reduced, or reduce-scattered with sequence parallelism), each `collective` seconds long.
+    Megatron issues each one asynchronously and computes the same linear's weight gradient meanwhile
+    (Megatron-LM d98e8a64dd megatron/core/tensor_parallel/layers.py:683-725; Transformer Engine's
+    Linear likewise), so that GEMM hides up to its own duration; `hidden_share` (Framework.tp_overlap)
+    is the share of it that does: 1 where the framework overlaps, 0 where the collective runs in order."""
+    hide = asf(hidden_share)
+    return (maximum(collective - hide * wgrad_qkv, 0.0)
+            + maximum(collective - hide * wgrad_fc1, 0.0))
 
 
 def attention_flop(m: ModelSpec, tokens, seq_len, tp, flash):
@@ -240,7 +257,10 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     tp_pass = 2.0 * all_reduce_time(tokens * m.hidden * e, tp, k_tp, cluster)
     exposed = tp_exposed_share(tp, tp_pipelined)
     host = fw.host_overhead_s
-    gemm_fwd, gemm_bwd = layer_gemm_times(m, gpu, tokens, tp, rate, speed)
+    gemm_fwd, gemm_bwd, wgrad_qkv, wgrad_fc1 = layer_gemm_times(m, gpu, tokens, tp, rate, speed)
+    # Backward: pipelined (userbuffers) leaves 1/tp exposed; otherwise what the weight-gradient
+    # GEMMs do not hide (`backward_tp_exposed`). The smaller of the two.
+    bwd_tp = minimum(tp_pass * exposed, backward_tp_exposed(tp_pass / 2.0, wgrad_qkv, wgrad_fc1, fw.tp_overlap))
     fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=(elem + fb_fwd) / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass * exposed)
     # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for
@@ -257,7 +277,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
                                   + grad_accumulation_bytes(layer_params(m), fw, tp, grad_bytes_per_param)) / bw,
                      kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host,
-                     tp_comm=tp_pass * minimum(1.0 - fw.tp_overlap, exposed))
+                     tp_comm=bwd_tp)
     core_elem = where(flash, 0.0, tokens * m.num_heads * asf(seq_len) * 4.0 * e
                          / asf(tp)) * fw.elementwise_traffic + fb_fwd       # selective recompute reruns the softmax
     core_kernels = where(flash, 1.0, 3.0) + where(fallback, SOFTMAX_FALLBACK_KERNELS, 0.0)

@@ -286,7 +286,7 @@ class Framework:
     dp_overlap: float                  # share of the DP gradient reduction hidden behind backward (ZeRO >= 1)
     dp_overlap_zero0: float            # same for plain data parallelism (ZeRO-0)
     dp_overlap_pipelined: float        # same, when pipeline parallelism is used
-    tp_overlap: float                  # share of backward TP collectives hidden behind GEMMs
+    tp_overlap: float                  # share of a weight-gradient GEMM that hides its backward TP collective
     pp_scatter_gather: bool            # pipeline sends split over the TP ranks and all-gathered on receipt
     pp_overlap: float                  # share of interleaved (vpp > 1) pipeline sends hidden behind compute
     attention_speedup: float           # fused-attention kernel speed relative to FlashAttention-2
