@@ -48,6 +48,14 @@ def _input_files(*refs) -> list[str]:
     return out
 
 
+def _given_study_flags(ctx) -> list[str]:
+    """The Optuna-only options the user gave (--storage, --study-name, --trials), by their flags."""
+    from click.core import ParameterSource
+    given = {ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT}
+    return [flag for name, flag in (("storage", "--storage"), ("study_name", "--study-name"), ("trials", "--trials"))
+            if ctx.get_parameter_source(name) in given]
+
+
 def _notice(line: str) -> None:
     """A one-line notice of the search on stderr (a resumed study); --quiet silences it."""
     sys.stderr.write(line + "\n")
@@ -140,6 +148,8 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
     show = (progress if progress is not None else True) and not quiet
     lines = show and not tty and progress is None
 
+    study_flags = _given_study_flags(click.get_current_context())
+
     def work():
         from .outdir import check_out_dir, default_storage
         from .study import sqlite_file
@@ -148,6 +158,10 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         inputs = _input_files(model, cluster)
         if not 0 <= probe <= MAX_PROBE:
             raise SpecError(f"--probe takes a number of candidates from 0 to {MAX_PROBE:,}, got {probe}")
+        if method == "lattice" and study_flags:
+            raise SpecError(f"{' and '.join(study_flags)} set{'s' if len(study_flags) == 1 else ''} up an Optuna "
+                            "study, and --method lattice runs none (it scores every layout); drop "
+                            f"{'it' if len(study_flags) == 1 else 'them'}, or use --method optuna")
         if probe and not out:
             raise SpecError("--probe writes probe.sh into the job directory: it needs --out DIR")
         if out is not None:
@@ -184,7 +198,8 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
                           global_batch_tokens=_batch_tokens(global_batch_tokens) if global_batch_tokens else None,
                           seq_lens=_ints(seq_len, "--seq-len") if seq_len else None, choices=choices,
                           objective=objective, top_k=max(top_k, probe) if probe > 0 else top_k, framework=framework, total_tokens=cli_token_budget(tokens),
-                          method=method, storage=store, study_name=study_name, seed=seed, trials=trials,
+                          method=method, storage=None if method == "lattice" else store, study_name=study_name,
+                          seed=seed, trials=trials,
                           progress=reporter, price_per_gpu_hour=price, calibration=calibration,
                           notify=None if quiet else _notice)
         written = None
@@ -194,6 +209,9 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         return result, written
 
     result, written = run_command(work)
+    if study_flags and result.method == "lattice":
+        click.echo(f"note: {', '.join(study_flags)} not used: the lattice was small enough to score every "
+                   "layout, so no Optuna study ran (--method optuna runs one)", err=True)
     if as_json:
         click.echo(to_json(in_reading_order(plan_to_dict(result)), sort_keys=False))
     else:

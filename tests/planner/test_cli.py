@@ -100,3 +100,27 @@ def test_help_is_still_click_help():
 
     r = CliRunner().invoke(main, ["plan", "--help"])
     assert r.exit_code == 0 and r.output.startswith("Usage: ") and "plan [OPTIONS]" in r.output.splitlines()[0]
+
+
+def test_optuna_only_options_are_not_silently_dropped(tmp_path, monkeypatch):
+    """--storage, --study-name and --trials set up an Optuna study: with --method lattice they were
+    accepted and ignored; with auto choosing the lattice nothing said they went unused."""
+    import pytest
+
+    import planner
+    from costmodels.errors import SpecError
+    monkeypatch.chdir(tmp_path)
+    base = ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+            "--quiet"]
+    for extra, named in ((["--trials", "50"], "--trials"),
+                         (["--storage", "sqlite:///s.db", "--study-name", "x"], "--storage and --study-name")):
+        r = CliRunner().invoke(main, base + ["--method", "lattice"] + extra)
+        assert r.exit_code == 2, r.output
+        assert f"error: {named} set" in r.stderr and "--method optuna" in r.stderr
+        assert "Traceback" not in r.output and not (tmp_path / "s.db").exists()
+    r = CliRunner().invoke(main, base + ["--trials", "50"])
+    assert r.exit_code == 0, r.output
+    assert "note: --trials not used: the lattice" in r.stderr
+    assert "not used" not in CliRunner().invoke(main, base).stderr          # nothing given, nothing said
+    with pytest.raises(SpecError, match="method='lattice' runs none"):
+        planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=64, method="lattice", study_name="x")
