@@ -134,6 +134,13 @@ def _written_by_planner(path: Path) -> bool:
     return isinstance(data, dict) and PLAN_KEYS <= set(data)
 
 
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_out_file(out, text: str, force: bool, inputs=(), ours=None, kind: str = "output") -> None:
     """Write one output file (calib.yaml) atomically: refuse a directory, a missing parent, one of
     this run's inputs (even with --force), anything that is not a regular file (a device, a FIFO),
@@ -160,12 +167,7 @@ def write_out_file(out, text: str, force: bool, inputs=(), ours=None, kind: str 
         raise SpecError(f"--out {out} is not a {kind} this command wrote, so --force does not replace it; "
                         "give a new file name or remove it first")
     _check_parent(out, resolved)
-    if resolved.exists():
-        mode = resolved.stat().st_mode & 0o777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+    mode = resolved.stat().st_mode & 0o777 if resolved.exists() else 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=resolved.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

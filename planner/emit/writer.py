@@ -199,9 +199,10 @@ def _write_file(path: Path, content: bytes, mode: int) -> None:
 
 def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict | None = None,
                 inputs=()) -> Path:
-    from ..outdir import check_out_dir
+    from ..outdir import check_out_dir, current_umask
 
     check_out_dir(out, force, inputs)
+    mask = current_umask()          # the modes a plain write would give: 0666 / 0777 (scripts) less the umask
     target = Path(out)
     parent = target.resolve().parent
     with _terminate_cleanly():
@@ -211,9 +212,9 @@ def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict |
             tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target), suffix=".tmp", dir=parent))
             _mark(tmp)
             for name, content in sorted(files.items()):
-                _write_file(tmp / name, content, (modes or {}).get(name, 0o644))
+                _write_file(tmp / name, content, (modes or {}).get(name, 0o666) & ~mask)
             (tmp / TMP_MARKER).unlink()                 # the published folder holds only the job
-            os.chmod(tmp, 0o755)
+            os.chmod(tmp, 0o777 & ~mask)
             if force and target.exists():
                 real = target.resolve()            # through a symbolic link, its target is replaced
                 if not _exchange(tmp, real):
@@ -236,7 +237,7 @@ def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict |
 
 def write_plan(result, out, force: bool = False, launcher: str = "deepspeed", inputs=(), probe: int = 0) -> Path:
     files = render_files(result, launcher, probe=probe)
-    return write_files(files, out, force=force, modes={n: 0o755 for n in files if n.endswith(".sh")}, inputs=inputs)
+    return write_files(files, out, force=force, modes={n: 0o777 for n in files if n.endswith(".sh")}, inputs=inputs)
 
 
 def write_report_dir(data: dict, out, force: bool = False, inputs=()) -> Path:

@@ -181,3 +181,18 @@ def test_several_workers_share_one_postgres_study():
     assert len({t.number for t in study.trials}) == len(study.trials)
     bests = {json.loads(o[0])["estimate"]["step_time_s"] for o in outs}
     assert len(bests) >= 1
+
+
+@pytest.mark.parametrize("umask, files, script, folder", [(0o022, 0o644, 0o755, 0o755),
+                                                          (0o077, 0o600, 0o700, 0o700)])
+def test_the_job_folder_takes_the_users_umask(tmp_path, umask, files, script, folder):
+    """The job folder and its files get the modes a plain write would: a user with umask 077 keeps
+    the job private (it was always 0755 / 0644, readable by everyone on a shared login node)."""
+    out = tmp_path / "job"
+    done = subprocess.run(["sh", "-c", f'umask {umask:03o} && exec "$@"', "sh"] + PLAN + ["--out", str(out), "--probe", "1"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_mode & 0o777 == folder
+    for p in out.rglob("*"):
+        want = folder if p.is_dir() else script if p.suffix == ".sh" else files
+        assert p.stat().st_mode & 0o777 == want, p.name
