@@ -44,7 +44,7 @@ GPU_FAMILY = {"A100-80GB": "A100", "A100-40GB": "A100", "V100-32GB": "V100", "H1
 FAMILY_FILES = {"A100": ["a100-80gb", "a100-40gb"], "V100": ["v100-32gb"],
                 "H100": ["h100-sxm", "h100-96gb-500w", "h100-pcie", "h200"], "Blackwell": ["b200", "gb200"]}
 ALL_FAMILIES = tuple(FAMILY_FILES)
-FRAMEWORKS = ("megatron-deepspeed", "megatron-lm", "megatron-core", "megatron-core-deterministic", "megatron-bridge",
+FRAMEWORKS = ("megatron-deepspeed", "megatron-lm", "megatron-lm-2021", "megatron-core", "megatron-core-deterministic", "megatron-bridge",
               "llm-foundry", "torchtitan", "torchtitan-compile", "torchtitan-compile-2025")
 
 
@@ -100,7 +100,7 @@ PARAMETERS = [
     # Megatron-DeepSpeed (0.6.2 in the Azure runs) share one gather efficiency; what differs between the
     # versions is in their framework files (v0.3.13's per-rank loops and synchronous gathers), and
     # neither hides its gathers behind compute (zero3_overlap 0, ASSUMED there).
-    Parameter("fw", ("megatron-deepspeed", "megatron-lm"), "zero3_gather_efficiency", "zero3_gather_efficiency",
+    Parameter("fw", ("megatron-deepspeed", "megatron-lm", "megatron-lm-2021"), "zero3_gather_efficiency", "zero3_gather_efficiency",
               "", 0.05, 1.0, 0.5, 1.0, "achieved / ideal bandwidth of DeepSpeed ZeRO-3 gathers"),
 ]
 

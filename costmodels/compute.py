@@ -135,16 +135,25 @@ def layer_gemm_times(m: ModelSpec, gpu, tokens, tp, rate, sparse_speedup=1.0):
     return on_distinct_rows(times, tokens, tp, rate, sparse_speedup)
 
 
-def backward_tp_exposed(collective, wgrad_qkv, wgrad_fc1, hidden_share):
-    """Exposed seconds of a layer's two backward TP collectives (the input gradients of QKV and fc1,
-    all-reduced, or reduce-scattered with sequence parallelism), each `collective` seconds long.
-    Megatron issues each one asynchronously and computes the same linear's weight gradient meanwhile
-    (Megatron-LM d98e8a64dd megatron/core/tensor_parallel/layers.py:683-725; Transformer Engine's
-    Linear likewise), so that GEMM hides up to its own duration; `hidden_share` (Framework.tp_overlap)
-    is the share of it that does: 1 where the framework overlaps, 0 where the collective runs in order."""
+def backward_tp_exposed(tp_pass, wgrad_qkv, wgrad_fc1, hidden_share, sp):
+    """Exposed seconds of a layer's backward TP communication, `tp_pass` seconds when run in order
+    (the bytes of two all-reduces of the layer's activations).
+
+    Without sequence parallelism it is the two input-gradient all-reduces of the column-parallel
+    linears (QKV, fc1); the row-parallel ones need none. With it, each all-reduce is a reduce-scatter
+    of that input gradient plus an all-gather of the row-parallel linear's output gradient (the
+    backward of the forward reduce-scatter), half the time each. Megatron issues the input-gradient
+    collective asynchronously and computes the same linear's weight gradient meanwhile (Megatron-LM
+    d98e8a64dd megatron/core/tensor_parallel/layers.py:683-725; Transformer Engine's Linear likewise),
+    so that GEMM hides up to its own duration; the all-gather is synchronous (mappings.py:372-378,
+    _ReduceScatterToSequenceParallelRegion.backward -> _gather_along_first_dim) and stays exposed.
+    `hidden_share` (Framework.tp_overlap) is the share of the GEMM that hides: 1 where the framework
+    issues the collective asynchronously, 0 where everything runs in order."""
     hide = asf(hidden_share)
-    return (maximum(collective - hide * wgrad_qkv, 0.0)
-            + maximum(collective - hide * wgrad_fc1, 0.0))
+    sync = where(sp, 0.5 * tp_pass, 0.0)             # the two output-gradient all-gathers
+    hideable = (tp_pass - sync) / 2.0                 # each input-gradient collective
+    return (sync + maximum(hideable - hide * wgrad_qkv, 0.0)
+            + maximum(hideable - hide * wgrad_fc1, 0.0))
 
 
 def attention_flop(m: ModelSpec, tokens, seq_len, tp, flash):
@@ -260,7 +269,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     gemm_fwd, gemm_bwd, wgrad_qkv, wgrad_fc1 = layer_gemm_times(m, gpu, tokens, tp, rate, speed)
     # Backward: pipelined (userbuffers) leaves 1/tp exposed; otherwise what the weight-gradient
     # GEMMs do not hide (`backward_tp_exposed`). The smaller of the two.
-    bwd_tp = minimum(tp_pass * exposed, backward_tp_exposed(tp_pass / 2.0, wgrad_qkv, wgrad_fc1, fw.tp_overlap))
+    bwd_tp = minimum(tp_pass * exposed, backward_tp_exposed(tp_pass, wgrad_qkv, wgrad_fc1, fw.tp_overlap, sp))
     fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=(elem + fb_fwd) / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass * exposed)
     # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for

@@ -415,7 +415,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         raise SpecError(f"study name must be a non-empty name of at most 200 printable characters (no "
                         f"newline or escape sequence), got {study_name!r}")
     trials = parse_number(trials, what="trials (the Optuna study's target)", low=1, high=10**7, integer=True)
-    if method == "lattice" and (storage is not None or study_name is not None):
+    if method in ("lattice", "exhaustive") and (storage is not None or study_name is not None):
         raise SpecError("storage and study_name set up an Optuna study, and method='lattice' runs none (it "
                         "scores every layout); leave them out, or use method='optuna'")
     request = SearchRequest(num_gpus=c.num_gpus, global_batch=global_batch,

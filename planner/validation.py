@@ -34,11 +34,11 @@ def validation_dir(path: str | os.PathLike | None = None) -> Path:
 # Per-source assumptions for fields the sources do not publish (validation README §1.5).
 SOURCES = {
     # Megatron-LM 2021-22 on Selene: fp16, Megatron fused softmax (no FlashAttention), GPT dropout 0.1.
-    "narayanan21": dict(framework="megatron-lm", precision="fp16", flash=False, dropout=0.1,
+    "narayanan21": dict(framework="megatron-lm-2021", precision="fp16", flash=False, dropout=0.1,
                         recompute="full", vpp=1),
     "korthikanti22": dict(framework="megatron-lm", precision="fp16", flash=False, dropout=0.1,
                           recompute="full", vpp=1),
-    "megatron2021": dict(framework="megatron-lm", precision="fp16", flash=False, dropout=0.1,
+    "megatron2021": dict(framework="megatron-lm-2021", precision="fp16", flash=False, dropout=0.1,
                          recompute="full", vpp=1),
     # Megatron-Core functional tests: Transformer Engine fused attention, deterministic mode.
     "mcore": dict(framework="megatron-core-deterministic", precision="bf16", flash=True, dropout=0.1,

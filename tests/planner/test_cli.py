@@ -122,5 +122,6 @@ def test_optuna_only_options_are_not_silently_dropped(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "note: --trials not used: the lattice" in r.stderr
     assert "not used" not in CliRunner().invoke(main, base).stderr          # nothing given, nothing said
-    with pytest.raises(SpecError, match="method='lattice' runs none"):
-        planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=64, method="lattice", study_name="x")
+    for method in ("lattice", "exhaustive"):                # 'exhaustive': the lattice's old name
+        with pytest.raises(SpecError, match="method='lattice' runs none"):
+            planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=64, method=method, study_name="x")
