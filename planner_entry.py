@@ -6,7 +6,18 @@ loads the API."""
 import sys
 
 
+def _tolerant_streams():
+    """A terminal whose encoding cannot show a character (a model named in Cyrillic under LANG=C or
+    PYTHONIOENCODING=latin-1) gets it escaped, not a UnicodeEncodeError traceback after the work."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
 def main():
+    _tolerant_streams()
     try:
         from planner.cli import main as cli
     except KeyboardInterrupt:

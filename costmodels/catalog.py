@@ -186,6 +186,22 @@ class _StrictLoader(yaml.SafeLoader):
                 continue
 
 
+def _no_base60(construct):
+    """YAML 1.1 reads 1:30 as the base-60 number 90 (and 2:4 as 124): a time or a ratio typed without
+    quotes becomes a wrong number silently. Refused, with the fix."""
+    def refuse(loader, node):
+        if ":" in str(node.value):
+            raise _DuplicateKey(f"{node.value} (line {node.start_mark.line + 1}) is a base-60 number in YAML 1.1 "
+                                f"and would be read as {construct(loader, node)!r}; write the number, or quote it "
+                                f"('{node.value}') if it is a name such as a sparsity pattern")
+        return construct(loader, node)
+    return refuse
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_base60(yaml.SafeLoader.construct_yaml_int))
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _no_base60(yaml.SafeLoader.construct_yaml_float))
+
+
 def _strict_load(text: str):
     """YAML text -> data, refusing a key written twice (`_StrictLoader`)."""
     return yaml.load(text, Loader=_StrictLoader)
@@ -561,6 +577,25 @@ def _check_hf(d: dict) -> None:
     for key in _HF_INT_KEYS:
         if isinstance(d.get(key), int) and not isinstance(d.get(key), bool) and d[key] < 1:
             raise SpecError(f"config.json: {key} must be 1 or more, got {d[key]}")
+    _check_hf_head_dim(d)
+
+
+def _check_hf_head_dim(d: dict) -> None:
+    """A head size of its own (Mistral-NeMo, Qwen3, Gemma: head_dim x heads != hidden) changes the
+    QKV and output projections, the attention FLOPs and the saved Q, K, V; the planner models heads of
+    hidden / heads, so such a model would be planned with wrong parameters, FLOPs and memory."""
+    head_dim = d.get("head_dim")
+    if head_dim is None:
+        return
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise SpecError(f"config.json: head_dim must be a whole number, got {str(head_dim)[:40]!r}")
+    hidden = next((d[k] for k in ("hidden_size", "n_embd", "d_model") if d.get(k) is not None), None)
+    heads = next((d[k] for k in ("num_attention_heads", "n_head") if d.get(k) is not None), None)
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and head_dim * heads != hidden:
+        raise SpecError(f"config.json: head_dim {head_dim} differs from hidden_size / num_attention_heads "
+                        f"({hidden} / {heads} = {hidden / heads:g}); a head size of its own is not supported "
+                        "yet, and planning the model with heads of hidden / heads would get its parameters, "
+                        "FLOPs and memory wrong")
 
 
 def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:

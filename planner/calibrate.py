@@ -241,7 +241,12 @@ def parse_log(path) -> LogRun:
             if not _NUM_ONLY.fullmatch(e.group(1)):
                 raise SpecError(f"log '{path}', line {number}: elapsed time per iteration is {e.group(1)!r}, not "
                                 "a time in milliseconds; the log is damaged")
-            iters.append((int(m.group(1)), int(m.group(2)), float(e.group(1))))
+            it = int(m.group(1))
+            if iters and it <= iters[-1][0]:
+                raise SpecError(f"log '{path}', line {number}: iteration {it} follows iteration {iters[-1][0]}; "
+                                "the iteration numbers must rise (two runs mixed in one file, or a restart): "
+                                "give each run's log on its own")
+            iters.append((it, int(m.group(2)), float(e.group(1))))
             for k, rx in _FIELD.items():
                 f = rx.search(line)
                 if f:
@@ -354,11 +359,18 @@ class Run:
 
 
 def load_runs(inputs, plan=None) -> list[Run]:
-    runs = []
+    runs, seen = [], {}
     for item in inputs:
         p = Path(item)
         if not p.exists():
             raise SpecError(f"input '{item}' does not exist")
+        try:
+            key = p.resolve()
+        except (OSError, RuntimeError):
+            key = p
+        if key in seen:         # the same file twice would count its runs twice in the fit and the error
+            raise SpecError(f"input '{item}' is the same file as '{seen[key]}'; give each log or runs file once")
+        seen[key] = item
         if p.suffix.lower() in (".yaml", ".yml"):
             runs += _yaml_runs(p)
             continue
@@ -369,6 +381,12 @@ def load_runs(inputs, plan=None) -> list[Run]:
         runs.append(Run(str(p), f"log:{plan_path}", case, run.step_s, run.memory_mb))
     if not runs:
         raise SpecError("no runs to calibrate on")
+    ids: dict[str, str] = {}
+    for r in runs:
+        if r.id in ids:
+            raise SpecError(f"two runs have the id '{r.id}'; give each run its own `id:` (runs from files "
+                            "of one name are numbered alike: rename one file), so that none is counted twice")
+        ids[r.id] = r.source
     return runs
 
 
@@ -428,6 +446,10 @@ def _yaml_runs(p: Path) -> list[Run]:
                 raise SpecError(f"{where}: parallel.{key} must be a whole number from {low} to 10^7, "
                                 f"got {str(value)[:40]!r}")
         _check_run_keys(rec, where)
+        moe = rec["model"].get("moe")
+        if moe not in (None, False, 0, "none", "null"):
+            raise SpecError(f"{where}: model.moe is {str(moe)[:40]!r}: a Mixture-of-Experts run; MoE is not "
+                            "supported yet, and calibrating on it as a dense model would be wrong")
         if "id" in rec and (not isinstance(rec["id"], str) or not rec["id"].isprintable() or not 0 < len(rec["id"]) <= 200):
             raise SpecError(f"{where}: id must be a string of 1 to 200 printable characters (no newline or "
                             f"escape), got {str(rec['id'])[:40]!r}")

@@ -189,7 +189,15 @@ def default_storage(out) -> str:
 
 def cache_storage() -> str:
     """SQLite file in the user's cache directory, for searches without --out (so they resume too)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-train-planner"
+    xdg = os.environ.get("XDG_CACHE_HOME") or ""
+    if Path(xdg).is_absolute():             # the XDG base directory spec ignores a relative path
+        base = Path(xdg) / "llm-train-planner"
+    else:
+        home = Path.home()
+        if not home.is_dir():
+            raise SpecError(f"the home directory {home} does not exist, so there is no study cache; set "
+                            "XDG_CACHE_HOME to a writable directory, or give --storage or --out")
+        base = home / ".cache" / "llm-train-planner"
     try:
         base.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -325,6 +325,10 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
     training_raw = data.get("training") or {}
     if not isinstance(training_raw, dict):
         raise SpecError("training: expected a mapping (total_tokens, framework)")
+    if (data.get("framework") is not None and training_raw.get("framework") is not None
+            and data["framework"] != training_raw["framework"]):
+        raise SpecError(f"framework {str(data['framework'])[:40]!r} and training.framework "
+                        f"{str(training_raw['framework'])[:40]!r} name two frameworks; keep one")
     fw_name = data.get("framework") if "framework" in data else training_raw.get("framework")
     if isinstance(fw_name, str) and not fw_name.strip():
         raise SpecError("framework: an empty name; give a preset (megatron-deepspeed, ...) or a framework "

@@ -82,7 +82,7 @@ TABLE = [
     ("flash_attention maybe", ["estimate", "{d}/flash_word.yaml"], "flash_attention must be true or false"),
     ("flash_attention [1]", ["estimate", "{d}/flash_list.yaml"], "flash_attention must be true or false"),
     ("recompute ''", ["estimate", "{d}/recompute_empty.yaml"], "recompute must be a name"),
-    ("sparsity 2:4 unquoted", ["estimate", "{d}/sparsity_sexagesimal.yaml"], "write '2:4' in quotes"),
+    ("sparsity 2:4 unquoted", ["estimate", "{d}/sparsity_sexagesimal.yaml"], "quote it ('2:4')"),
     ("precision 0", ["estimate", "{d}/precision_zero.yaml"], "precision must be a name such as 'bf16', got 0"),
     ("density true", ["estimate", "{d}/density_bool.yaml"], "density must be a number"),
     ("offload 1", ["estimate", "{d}/offload_number.yaml"], "offload_optimizer must be a name"),
@@ -366,8 +366,8 @@ def test_a_line_longer_than_megatron_prints_is_not_read(tmp_path):
     line hung calibrate); now the head is found once, the elapsed time after it, and a line longer than
     any Megatron prints (MAX_LINE_CHARS) is skipped: here one that would add a 99 s iteration."""
     from planner.calibrate import MAX_LINE_CHARS, parse_log
-    heads = "iteration 20/20 |" * 3000                              # under the limit: read, first head
-    padded = " iteration 20/20 | elapsed time per iteration (ms): 99999.0 |" + "x" * MAX_LINE_CHARS
+    heads = "iteration 21/21 |" * 3000                              # under the limit: read, first head
+    padded = " iteration 22/22 | elapsed time per iteration (ms): 99999.0 |" + "x" * MAX_LINE_CHARS
     log = tmp_path / "1.log"
     log.write_text(_mds_log() + heads + " elapsed time per iteration (ms): 250.0 |\n" + padded + "\n")
     run = parse_log(log)
@@ -746,3 +746,109 @@ def test_a_failed_search_leaves_no_default_study_file(tmp_path):
                                   "--out", str(tmp_path / "j")])
     assert r.exit_code == 2 and "no layout fits" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# fuzzing review, round 6 (2026-11-24)
+
+def test_a_config_json_with_a_head_size_of_its_own_is_refused(tmp_path):
+    """Mistral-NeMo, Qwen3, Gemma: head_dim x heads != hidden. It was ignored: Mistral-NeMo 12B planned
+    with heads of 5120 / 32 = 160 (12.77B parameters instead of 12.25B, attention FLOPs and memory off)."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(hf(model_type="mistral", hidden_size=5120, head_dim=128, num_attention_heads=32,
+                      num_key_value_heads=8, num_hidden_layers=40, intermediate_size=14336, vocab_size=131072,
+                      hidden_act="silu"))
+    r = CliRunner().invoke(main, ["plan", "--model", str(cfg), "--cluster", "H100-SXM", "--gpus", "8"])
+    assert r.exit_code == 2 and "head_dim 128 differs from hidden_size / num_attention_heads (5120 / 32 = 160)" \
+        in r.stderr, r.output
+    cfg.write_text(hf(head_dim=64))                  # 512 / 8 = 64: the same head size, accepted
+    assert CliRunner().invoke(main, ["plan", "--model", str(cfg), "--cluster", "H100-SXM", "--gpus", "8",
+                                     "--global-batch", "32", "-q"]).exit_code == 0
+
+
+def test_calibrate_counts_each_input_and_run_once(tmp_path):
+    """The same log or runs file given twice (or by another path) counted its runs twice: the fit moved
+    and the reported error fell (2.8% -> 0.7%); two records with one id were accepted too."""
+    runs = _calib_run(tmp_path)
+    same = str(tmp_path / "." / "runs.yaml")
+    r = CliRunner().invoke(main, ["calibrate", str(runs), same, "--out", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and "is the same file as" in r.stderr and not (tmp_path / "c.yaml").exists()
+    data = yaml.safe_load(runs.read_text())
+    runs.write_text(yaml.safe_dump(data + data))
+    r = CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and "two runs have the id 'probe-1'" in r.stderr
+
+
+@pytest.mark.parametrize("moe", [{"num_experts": 8}, True, 8])
+def test_a_mixture_of_experts_run_is_not_calibrated_as_dense(tmp_path, moe):
+    runs = _calib_run(tmp_path)
+    data = yaml.safe_load(runs.read_text())
+    data[0]["model"]["moe"] = moe
+    runs.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and "Mixture-of-Experts run" in r.stderr, r.output
+
+
+@pytest.mark.parametrize("order", ["repeated", "backwards"])
+def test_iteration_numbers_must_rise_in_a_log(tmp_path, order):
+    """Two runs interleaved (iteration numbers repeating) gave a median of both; a log in reverse order
+    was called truncated."""
+    from planner.calibrate import parse_log
+    from costmodels.errors import SpecError
+    lines = _mds_log().splitlines(keepends=True)
+    iters = [i for i, line in enumerate(lines) if " iteration " in line and "elapsed time per iteration" in line]
+    assert len(iters) >= 3
+    if order == "repeated":
+        lines.insert(iters[2] + 1, lines[iters[2]].replace("250.0", "9999.0"))
+    else:
+        body = [lines[i] for i in iters]
+        for i, line in zip(iters, reversed(body)):
+            lines[i] = line
+    log = tmp_path / "1.log"
+    log.write_text("".join(lines))
+    with pytest.raises(SpecError, match="the iteration numbers must rise"):
+        parse_log(log)
+
+
+def test_a_base60_number_in_yaml_is_refused(tmp_path):
+    """YAML 1.1 reads num_layers: 1:30 as 90: planned as a 90-layer model without a word."""
+    m = tmp_path / "m.yaml"
+    m.write_text(model_file("512").replace("num_layers: 4", "num_layers: 1:30"))
+    r = CliRunner().invoke(main, ["plan", "--model", str(m), "--cluster", "H100-SXM", "--gpus", "8"])
+    assert r.exit_code == 2 and "1:30 (line 2) is a base-60 number" in r.stderr and "read as 90" in r.stderr
+
+
+def test_two_framework_names_in_a_case_file_are_refused(tmp_path):
+    c = tmp_path / "case.yaml"
+    c.write_text(case("") + "framework: megatron-lm\ntraining: {framework: torchtitan}\n")
+    r = CliRunner().invoke(main, ["estimate", str(c)])
+    assert r.exit_code == 2 and "name two frameworks; keep one" in r.stderr, r.output
+
+
+def test_output_the_terminal_cannot_encode_is_escaped(tmp_path):
+    """A model named in Cyrillic under PYTHONIOENCODING=latin-1 ended in a UnicodeEncodeError traceback
+    after the job had been written."""
+    import subprocess
+    import sys
+    m = tmp_path / "m.yaml"
+    m.write_text(model_file("512").replace("name: tiny", "name: модель"))
+    done = subprocess.run([sys.executable, "-c", "import sys, planner_entry; sys.argv[0] = 'planner'; "
+                           "planner_entry.main()", "plan", "--model", str(m), "--cluster", "H100-SXM", "--gpus", "8",
+                           "--global-batch", "32", "-q"], capture_output=True,
+                          env={**os.environ, "PYTHONIOENCODING": "latin-1"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr.decode("latin-1")
+    assert b"\\u043c\\u043e" in done.stdout and b"Traceback" not in done.stderr
+
+
+def test_the_study_cache_needs_a_home_and_an_absolute_xdg_path(tmp_path, monkeypatch):
+    """HOME=/nonexistent created /nonexistent/.cache (as root); a relative XDG_CACHE_HOME was read
+    relative to the working directory, which the XDG spec says to ignore."""
+    from planner.outdir import cache_storage
+    from costmodels.errors import SpecError
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relcache")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match="home directory .* does not exist"):
+        cache_storage()
+    assert not (tmp_path / "nohome").exists() and not (tmp_path / "relcache").exists()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_storage() == f"sqlite:///{tmp_path / 'xdg' / 'llm-train-planner' / 'studies.db'}"
