@@ -89,8 +89,12 @@ def read_text_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BY
         if len(raw) > limit:
             raise SpecError(f"{what} file '{path}' is larger than {limit // 2**20} MiB")
         return raw.decode("utf-8", errors=errors)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read {what} file '{path}': {exc.__class__.__name__}") from None
+    except UnicodeDecodeError as exc:
+        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
+        raise SpecError(f"{what} file '{path}' is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                        f"{exc.start}{'; it looks like UTF-16' if utf16 else ''}); save it as UTF-8") from None
+    except OSError as exc:
+        raise SpecError(f"cannot read {what} file '{path}': {exc.strerror or exc.__class__.__name__}") from None
 
 
 def _check_yaml_shape(text: str, what: str, path) -> None:
@@ -500,6 +504,11 @@ _MODEL_ALIASES = {
 _ACTIVATIONS = {"gelu": False, "gelu_new": False, "gelu_pytorch_tanh": False, "relu": False,
                 "squared_relu": False, "swiglu": True, "silu": True, "swish": True, "geglu": True}
 _MODEL_EXTRA_KEYS = {"activation", "aliases"}
+# Keys only a Hugging Face config.json has: one of them in a file without model_type / architectures
+# means a config.json whose type line is missing, not a misspelt model YAML.
+_HF_MARKERS = {"hidden_act", "rms_norm_eps", "torch_dtype", "transformers_version", "bos_token_id",
+               "eos_token_id", "initializer_range", "use_cache", "layer_norm_eps", "layer_norm_epsilon",
+               "rope_scaling", "activation_function", "pad_token_id", "head_dim"}
 _CLUSTER_KEYS = {"gpu", "num_gpus", "gpus_per_node", "nvlink_domain", "nvlink_bandwidth", "network_bandwidth",
                  "nvlink_efficiency", "network_efficiency", "nvlink_latency", "collective_latency", "network_latency",
                  "pcie_bandwidth", "host_memory", "nvme", "nvme_bandwidth", "cpu_adam_params_per_s",
@@ -605,6 +614,11 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     if "architectures" in d or "model_type" in d:
         _check_hf(d)
         return _model_from_hf(d, name)
+    known = _MODEL_KEYS | set(_MODEL_ALIASES) | _MODEL_EXTRA_KEYS
+    hf_only = sorted(k for k in d if k not in known and k in _HF_MARKERS)
+    if hf_only:
+        raise SpecError(f"model: this looks like a Hugging Face config.json ({hf_only[0]}) without \"model_type\" "
+                        "or \"architectures\"; add \"model_type\" (e.g. \"llama\") so it is read as one")
     check_known_keys(d, _MODEL_KEYS | set(_MODEL_ALIASES) | _MODEL_EXTRA_KEYS, f"model {d.get('name', name) or ''}".strip())
     act = d.get("activation")
     if act is not None and str(act).lower() not in _ACTIVATIONS:

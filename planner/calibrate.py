@@ -418,6 +418,9 @@ def _check_run_keys(rec: dict, where: str) -> None:
                                  where if section is None else f"{where}, {section}")
 
 
+MAX_MEMORY_GIB = 4096          # far above any GPU's memory: a larger reading is a damaged file
+
+
 def _yaml_runs(p: Path) -> list[Run]:
     from search_spaces.frameworks import structural_errors
 
@@ -446,6 +449,14 @@ def _yaml_runs(p: Path) -> list[Run]:
                 raise SpecError(f"{where}: parallel.{key} must be a whole number from {low} to 10^7, "
                                 f"got {str(value)[:40]!r}")
         _check_run_keys(rec, where)
+        gpu = rec["cluster"].get("gpu")
+        if not isinstance(gpu, str) or not gpu.strip():
+            raise SpecError(f"{where}: cluster.gpu must be a GPU name such as 'H100-SXM', got {str(gpu)[:40]!r}")
+        memory = rec["measured"].get("peak_memory_gib")
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float))
+                                   or not 0 < memory <= MAX_MEMORY_GIB):
+            raise SpecError(f"{where}: measured.peak_memory_gib must be a number of GiB above 0 and at most "
+                            f"{MAX_MEMORY_GIB:,} (or null), got {str(memory)[:40]!r}")
         moe = rec["model"].get("moe")
         if moe not in (None, False, 0, "none", "null"):
             raise SpecError(f"{where}: model.moe is {str(moe)[:40]!r}: a Mixture-of-Experts run; MoE is not "

@@ -2,6 +2,7 @@
 (next to --out, or in the user's cache directory)."""
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -33,8 +34,12 @@ def _resolved(out, kind: str) -> tuple[Path, Path]:
         raise SpecError(f"--out {out} is a dangling symbolic link")
     try:
         return p, p.resolve()
-    except (OSError, RuntimeError) as exc:
-        raise SpecError(f"--out {out}: cannot resolve the path ({exc.__class__.__name__})") from None
+    except RuntimeError:
+        raise SpecError(f"--out {out}: the path runs through a loop of symbolic links; give another path") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SpecError(f"--out {out}: the path runs through a loop of symbolic links; give another path") from None
+        raise SpecError(f"--out {out}: cannot resolve the path ({exc.strerror or exc.__class__.__name__})") from None
 
 
 def _check_parent(out, resolved: Path) -> None:
@@ -161,11 +166,11 @@ def write_out_file(out, text: str, force: bool, inputs=(), ours=None, kind: str 
         raise SpecError(f"--out {out} is a directory; give a file name such as {p / 'calib.yaml'}")
     if p.exists() and not p.is_file():
         raise SpecError(f"--out {out} exists and is not a regular file; give a new file name")
+    if p.exists() and ours is not None and not ours(resolved):
+        raise SpecError(f"--out {out} already exists and is not a {kind} this command wrote, so even --force "
+                        "does not replace it; give a new file name or remove it first")
     if p.exists() and not force:
         raise SpecError(f"--out {out} already exists; pass --force to replace it")
-    if p.exists() and ours is not None and not ours(resolved):
-        raise SpecError(f"--out {out} is not a {kind} this command wrote, so --force does not replace it; "
-                        "give a new file name or remove it first")
     _check_parent(out, resolved)
     mode = resolved.stat().st_mode & 0o777 if resolved.exists() else 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=resolved.parent)

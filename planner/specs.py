@@ -33,6 +33,7 @@ _NOTED_LAST = ("recompute", "sequence_parallel", "offload_optimizer", "offload_p
 
 CASE_KEYS = {"model", "cluster", "parallel", "training", "framework", "name", "description"}
 TRAINING_KEYS = {"total_tokens", "framework"}
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,9 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
         defaults.append(f"framework = {DEFAULT_FRAMEWORK}")
     framework = catalog.load_framework(fw_name)
     total_tokens = training_raw.get("total_tokens", 0.0)
+    if isinstance(total_tokens, str) and not _PLAIN_NUMBER.fullmatch(total_tokens.strip()):
+        raise SpecError(f"training.total_tokens must be a plain number of tokens such as 300e9 or "
+                        f"300000000000 (no unit), got {total_tokens[:40]!r}")
     training = TrainingSpec(total_tokens=parse_quantity(total_tokens, what="training.total_tokens",
                                                           minimum=0.0),
                             framework=framework.name)

@@ -232,11 +232,18 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
     """Create the study (recording `attrs`, see study_attrs, and enqueueing `seeds`, once) or load it
     and check it was made for these inputs by this planner's encoding. Returns (study, storage, created)."""
     shown = public_storage(storage_url)
+    text = str(storage_url or "")
+    if _is_sqlite(text) and sqlite_file(text) is None:
+        raise SpecError(f"--storage {text[:60]!r} is an in-memory SQLite database, which holds no study past "
+                        "this run; give a file (sqlite:///studies.db), or leave --storage out for the default")
     try:
         storage = make_storage(optuna, storage_url)
-    except ImportError:
-        raise SpecError(f"storage {shown!r} needs its database driver (for PostgreSQL: pip install "
-                        "'llm-train-planner[postgres]', which brings psycopg)") from None
+    except ImportError as exc:
+        scheme = str(storage_url).split(":", 1)[0].split("+", 1)[0].lower()
+        hint = ("pip install 'llm-train-planner[postgres]', which brings psycopg" if scheme.startswith("postgres")
+                else f"install the Python driver SQLAlchemy uses for {scheme[:20]}:// ({_first_line(exc.__cause__ or exc.__context__ or exc, storage_url)[:80]}); "
+                "PostgreSQL and SQLite are the storages this planner is tested with")
+        raise SpecError(f"storage {shown!r} needs its database driver: {hint}") from None
     except SpecError:
         raise
     except Exception as exc:   # noqa: BLE001 - SQLAlchemy / Optuna errors for a bad URL or an unreachable server

@@ -398,6 +398,9 @@ def _read_records(path: Path, parse) -> list:
     out = []
     for i, item in enumerate(items):
         where = f"validation data {path.name}: run {i + 1}"
+        if not isinstance(item, dict):
+            raise SpecError(f"{where} must be a mapping with id, model, cluster, parallel and measured "
+                            f"(../shared/validation/README.md), got {str(item)[:40]!r}")
         if isinstance(item, dict):
             if not isinstance(item.get("id"), str) or not item["id"].strip():
                 raise SpecError(f"{where}: id must be a non-empty string, got {item.get('id')!r}")

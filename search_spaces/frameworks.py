@@ -275,14 +275,21 @@ def uneven_pipeline_error(model, layout) -> str | None:
     if not first and not last:
         return None
     if not (first and last):
-        return "set both first_stage_layers and last_stage_layers (or neither, for an even split)"
+        return (f"first_stage_layers {first} and last_stage_layers {last}: give both, each 1 or more (0 means "
+                "an even split), or neither")
     if pp < 2:
         return "first_stage_layers / last_stage_layers need pp >= 2"
     rest = n - first - last
     middle = pp - 2
-    if (middle == 0 and rest != 0) or (middle > 0 and (rest < middle or rest % middle)):
-        return (f"first_stage_layers {first} + last_stage_layers {last} must leave the other "
-                f"{n - first - last} of the {n} layers evenly split over the {middle} middle stages")
+    if middle == 0 and rest != 0:
+        return (f"with pp 2 the first and last stages hold all {n} layers: first_stage_layers {first} + "
+                f"last_stage_layers {last} must be {n}")
+    if rest < middle:
+        return (f"first_stage_layers {first} + last_stage_layers {last} leave {max(rest, 0)} of the {n} layers "
+                f"for the {middle} middle stages, which need at least one each")
+    if middle > 0 and rest % middle:
+        return (f"first_stage_layers {first} + last_stage_layers {last} leave {rest} of the {n} layers, which "
+                f"do not split evenly over the {middle} middle stages")
     vpp = layout.vpp
     if vpp > 1:
         # Interleaving splits each stage into vpp chunks. Megatron-Core takes an uneven split with

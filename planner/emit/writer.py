@@ -155,6 +155,22 @@ def _clean_stale(parent: Path, target: Path) -> None:
         shutil.rmtree(entry.path, ignore_errors=True)
 
 
+def _remove_ours(path: Path) -> None:
+    """Delete a folder this run made or moved aside (the temporary job, or the old job after --force).
+    An old job the user made read-only (0555) is still ours to delete: make its folders writable first,
+    or it stayed behind as a hidden .tmp folder without the marker that lets a later run clean it."""
+    def writable_and_retry(function, name, _exc_info):
+        try:
+            os.chmod(os.path.dirname(name) or ".", 0o700)
+            if os.path.isdir(name) and not os.path.islink(name):
+                os.chmod(name, 0o700)
+            function(name)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=writable_and_retry)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -231,7 +247,7 @@ def write_files(files: dict[str, bytes], out, force: bool = False, modes: dict |
             raise SpecError(f"cannot write --out {out}: {exc.strerror or exc}") from None
         finally:
             if tmp is not None and tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+                _remove_ours(tmp)
     return target
 
 

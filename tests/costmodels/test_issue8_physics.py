@@ -217,7 +217,7 @@ def test_uneven_pipeline_is_expressible():
                             framework="megatron-core",
                             parallel={**parallel, "first_stage_layers": 0, "last_stage_layers": 0}).estimate
     assert est.step_time_s <= even.step_time_s * 1.001
-    with pytest.raises(Exception, match="evenly split over the 14 middle stages"):
+    with pytest.raises(Exception, match="do not split evenly over the 14 middle stages"):
         planner.estimate(model="llama3.1-405b", cluster={"gpu": "H100-SXM", "num_gpus": 1024},
                          framework="megatron-core", parallel={**parallel, "last_stage_layers": 6})
 

@@ -852,3 +852,61 @@ def test_the_study_cache_needs_a_home_and_an_absolute_xdg_path(tmp_path, monkeyp
     assert not (tmp_path / "nohome").exists() and not (tmp_path / "relcache").exists()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_storage() == f"sqlite:///{tmp_path / 'xdg' / 'llm-train-planner' / 'studies.db'}"
+
+
+def _runs_with(tmp_path, **changes):
+    runs = _calib_run(tmp_path)
+    data = yaml.safe_load(runs.read_text())
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        data[0][section][key] = value
+    runs.write_text(yaml.safe_dump(data))
+    return runs
+
+
+def test_round6_messages_say_what_to_fix(tmp_path):
+    """Each was one line with exit 2, but it showed a Python exception's text or a fix that did not
+    work (following it led to another error)."""
+    d = tmp_path
+    cases = []
+    cases.append((["calibrate", str(_runs_with(d / "a", cluster__gpu=["H100"]) if (d / "a").mkdir() is None else ""),
+                   "--out", str(d / "c.yaml")], "cluster.gpu must be a GPU name such as 'H100-SXM'"))
+    cases.append((["calibrate", str(_runs_with(d / "b", measured__peak_memory_gib="x") if (d / "b").mkdir() is None
+                                    else ""), "--out", str(d / "c.yaml")], "peak_memory_gib must be a number of GiB"))
+    (d / "v").mkdir()
+    (d / "v" / "published_dev.yaml").write_text("- x\n")
+    cases.append((["validate", "--data", str(d / "v")], "run 1 must be a mapping with id, model"))
+    (d / "u16.yaml").write_bytes("name: m\n".encode("utf-16"))
+    cases.append((["plan", "--model", str(d / "u16.yaml"), "--cluster", "H100-SXM"],
+                  "is not UTF-8 text (byte 0xff at offset 0; it looks like UTF-16); save it as UTF-8"))
+    (d / "loopA").symlink_to(d / "loopB")
+    (d / "loopB").symlink_to(d / "loopA")
+    cases.append((["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--out",
+                   str(d / "loopA" / "x")], "runs through a loop of symbolic links"))
+    (d / "t.yaml").write_text(case("") + "training: {total_tokens: 1M}\n")
+    cases.append((["estimate", str(d / "t.yaml")], "must be a plain number of tokens such as 300e9"))
+    (d / "other.txt").write_text("mine\n")
+    cases.append((["calibrate", str(_calib_run(d)), "--out", str(d / "other.txt")],
+                   "already exists and is not a calib.yaml this command wrote, so even --force"))
+    for storage, fragment in (("sqlite://", "is an in-memory SQLite database"),
+                              ("sqlite:///:memory:", "is an in-memory SQLite database"),
+                              ("mysql://u:pw@h/db", "the Python driver SQLAlchemy uses for mysql://")):
+        cases.append((["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+                       "--method", "optuna", "--trials", "3", "--storage", storage], fragment))
+    (d / "config.json").write_text(json.dumps({"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4,
+                                               "vocab_size": 32000, "hidden_act": "silu"}))
+    cases.append((["plan", "--model", str(d / "config.json"), "--cluster", "H100-SXM"],
+                  'a Hugging Face config.json (hidden_act) without "model_type"'))
+    for extra, fragment in (("pp: 2, first_stage_layers: 3, last_stage_layers: 3",
+                             "with pp 2 the first and last stages hold all 4 layers"),
+                            ("pp: 2, first_stage_layers: 0, last_stage_layers: 4", "0 means an even split"),
+                            ("pp: 4, first_stage_layers: 2, last_stage_layers: 2",
+                             "leave 0 of the 4 layers for the 2 middle stages")):
+        f = d / f"s{len(cases)}.yaml"
+        f.write_text(MODEL + CLUSTER + "parallel: {" + extra + "}\n")
+        cases.append((["estimate", str(f)], fragment))
+    for args, fragment in cases:
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and fragment in r.stderr, (args, r.output)
+        assert "Traceback" not in r.output and "Error:" not in r.stderr.replace("error:", "")
+    assert (d / "other.txt").read_text() == "mine\n"

@@ -196,3 +196,41 @@ def test_the_job_folder_takes_the_users_umask(tmp_path, umask, files, script, fo
     for p in out.rglob("*"):
         want = folder if p.is_dir() else script if p.suffix == ".sh" else files
         assert p.stat().st_mode & 0o777 == want, p.name
+
+
+def test_force_over_a_read_only_earlier_job_leaves_nothing_behind(tmp_path, monkeypatch):
+    """--force over a job the user made read-only (0555): the old job, moved aside, could not be
+    deleted by a non-root user and stayed as a hidden .tmp folder without the marker that lets a later
+    run clean it up. Non-root permissions are emulated here (root may delete in a 0555 folder)."""
+    import shutil
+    import stat as st
+
+    from planner.emit import writer
+
+    def as_non_root(real):
+        def call(path, *args, dir_fd=None, **kw):
+            parent = os.path.dirname(os.fsdecode(path)) if dir_fd is None else f"/proc/self/fd/{dir_fd}"
+            if not os.stat(parent or ".").st_mode & st.S_IWUSR:
+                raise PermissionError(13, "Permission denied", path)
+            return real(path, *args, dir_fd=dir_fd, **kw) if dir_fd is not None else real(path, *args, **kw)
+        return call
+
+    old = tmp_path / ".job.123.abc.tmp"
+    old.mkdir()
+    (old / "plan.json").write_text("{}")
+    (old / "probe").mkdir()
+    (old / "probe" / "x.json").write_text("{}")
+    for d in (old / "probe", old):
+        d.chmod(0o555)
+    monkeypatch.setattr(os, "unlink", as_non_root(os.unlink))
+    monkeypatch.setattr(os, "rmdir", as_non_root(os.rmdir))
+    writer._remove_ours(old)
+    assert not old.exists()
+    # the old behaviour, for contrast: rmtree ignoring errors leaves it
+    again = tmp_path / ".job.456.def.tmp"
+    again.mkdir()
+    (again / "plan.json").write_text("{}")
+    again.chmod(0o555)
+    shutil.rmtree(again, ignore_errors=True)
+    assert again.exists()
+    again.chmod(0o755)
