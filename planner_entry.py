@@ -16,7 +16,25 @@ def _tolerant_streams():
             pass
 
 
+def _closed_streams():
+    """A closed stdout (`>&-`) would drop the result silently and a closed stderr the error line: the
+    run still ends with exit code 2, and says why where it can."""
+    import io
+    import os
+    writes_files = any(a == "--out" or a.startswith("--out=") for a in sys.argv[1:])
+    if sys.stdout is None and not writes_files:
+        if sys.stderr is not None:
+            sys.stderr.write("error: standard output is closed, so the result has nowhere to go; redirect it "
+                             "(> plan.txt, or > /dev/null with --out DIR)\n")
+        raise SystemExit(2)
+    if sys.stdout is None:          # the result goes to --out; what would be printed is not wanted
+        sys.stdout = io.TextIOWrapper(open(os.devnull, "wb"), errors="backslashreplace")
+    if sys.stderr is None:
+        sys.stderr = io.TextIOWrapper(open(os.devnull, "wb"), errors="backslashreplace")
+
+
 def main():
+    _closed_streams()
     _tolerant_streams()
     try:
         from planner.cli import main as cli

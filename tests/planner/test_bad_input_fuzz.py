@@ -910,3 +910,22 @@ def test_round6_messages_say_what_to_fix(tmp_path):
         assert r.exit_code == 2 and fragment in r.stderr, (args, r.output)
         assert "Traceback" not in r.output and "Error:" not in r.stderr.replace("error:", "")
     assert (d / "other.txt").read_text() == "mine\n"
+
+
+def test_closed_output_streams_end_with_exit_code_2(tmp_path):
+    """Bad input with stderr closed exited 1; a plan with stdout closed exited 0 and its result was
+    lost without a word. With --out the files are the result, and a closed stdout is fine."""
+    import subprocess
+    import sys
+    entry = [sys.executable, "-c", "import sys, planner_entry; sys.argv[0] = 'planner'; planner_entry.main()"]
+    plan = ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "32", "-q"]
+
+    def run(args, close):
+        return subprocess.run(["sh", "-c", f'exec "$@" {close}', "sh"] + entry + args, cwd=tmp_path,
+                              capture_output=True, text=True)
+
+    assert run(["plan", "--model", "nope", "--cluster", "H100-SXM"], "2>&-").returncode == 2
+    done = run(plan, ">&-")
+    assert done.returncode == 2 and "standard output is closed" in done.stderr
+    assert run(plan + ["--out", str(tmp_path / "job")], ">&-").returncode == 0
+    assert (tmp_path / "job" / "plan.json").exists()
