@@ -245,6 +245,7 @@ def explain(plan_json, out, force, as_json):
 
         data = load_plan_json(plan_json)
         check_plan(data, plan_json)
+        notes.extend(_drift_note(data, plan_json))
         try:
             if as_json:
                 render_report(data, figures={})  # the same damage checks as the text (nothing is printed)
@@ -259,8 +260,32 @@ def explain(plan_json, out, force, as_json):
             raise SpecError(f"plan file '{plan_json}' is damaged: {_describe(exc)[:200]}; re-run `planner plan "
                             "--out`") from None
 
+    notes: list[str] = []
     text = run_command(work)
+    for line in notes:
+        click.echo(line, err=True)
     if as_json:
         click.echo(to_json(in_reading_order(text), sort_keys=False))
         return
     click.echo(text if not out else f"wrote {text}")
+
+
+def _drift_note(data: dict, plan_json) -> list[str]:
+    """explain re-renders the numbers stored in plan.json. When today's model gives another step time
+    for the inputs stored beside them (the file was edited, or the catalog refitted since), say so: the
+    report would otherwise pair the inputs with numbers they no longer produce."""
+    if any(str(n).startswith("calibrated constants") for n in data.get("defaults_used") or []):
+        return []          # made with a calibration this command is not given
+    try:
+        from . import api
+        from .emit.plan_file import _case
+        fresh = api.estimate(_case(data)).estimate.step_time_s
+        stored = float(data["estimate"]["step_time_s"])
+    except Exception:      # noqa: BLE001 - a plan the checks accept but the estimate cannot redo: no note
+        return []
+    if stored > 0 and abs(fresh / stored - 1.0) > 0.01:
+        return [f"note: plan file '{plan_json}' stores a step time of {stored:.4g} s; today's model gives "
+                f"{fresh:.4g} s ({(fresh / stored - 1) * 100:+.1f}%) for the inputs stored beside it (the file "
+                "was edited, or the catalog refitted since): the report shows the stored numbers; "
+                "`planner estimate plan.json` recomputes them"]
+    return []

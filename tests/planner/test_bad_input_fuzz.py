@@ -929,3 +929,18 @@ def test_closed_output_streams_end_with_exit_code_2(tmp_path):
     assert done.returncode == 2 and "standard output is closed" in done.stderr
     assert run(plan + ["--out", str(tmp_path / "job")], ">&-").returncode == 0
     assert (tmp_path / "job" / "plan.json").exists()
+
+
+def test_explain_says_when_the_stored_numbers_no_longer_follow_from_the_inputs(tmp_path):
+    """explain re-renders plan.json's stored estimate: a hand-edited num_layers (24 -> 48) printed
+    '48 layers' beside the 24-layer step time without a word."""
+    job = tmp_path / "job"
+    assert CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                     "--global-batch", "64", "--out", str(job), "-q"]).exit_code == 0
+    r = CliRunner().invoke(main, ["explain", str(job / "plan.json")])
+    assert r.exit_code == 0 and "today's model gives" not in r.stderr        # as written: no note
+    data = json.loads((job / "plan.json").read_text())
+    data["inputs"]["model"]["num_layers"] *= 2
+    (job / "plan.json").write_text(json.dumps(data))
+    r = CliRunner().invoke(main, ["explain", str(job / "plan.json")])
+    assert r.exit_code == 0 and "today's model gives" in r.stderr and "planner estimate plan.json" in r.stderr
