@@ -192,14 +192,13 @@ class _StrictLoader(yaml.SafeLoader):
 
 def _no_base60(construct):
     """YAML 1.1 reads 1:30 as the base-60 number 90 (and 2:4 as 124): a time or a ratio typed without
-    quotes becomes a wrong number silently. Refused, with the fix."""
-    def refuse(loader, node):
+    quotes became a wrong number silently. Read as the text it is (YAML 1.2 does the same): a sparsity
+    pattern 2:4 or a note '12:30' is right, and a number field given '1:30' is refused by its own check."""
+    def as_text(loader, node):
         if ":" in str(node.value):
-            raise _DuplicateKey(f"{node.value} (line {node.start_mark.line + 1}) is a base-60 number in YAML 1.1 "
-                                f"and would be read as {construct(loader, node)!r}; write the number, or quote it "
-                                f"('{node.value}') if it is a name such as a sparsity pattern")
+            return loader.construct_scalar(node)
         return construct(loader, node)
-    return refuse
+    return as_text
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_base60(yaml.SafeLoader.construct_yaml_int))
@@ -616,7 +615,7 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
         return _model_from_hf(d, name)
     known = _MODEL_KEYS | set(_MODEL_ALIASES) | _MODEL_EXTRA_KEYS
     hf_only = sorted(k for k in d if k not in known and k in _HF_MARKERS)
-    if hf_only:
+    if hf_only and not set(d) & (_MODEL_KEYS - {"name", "source"}):     # not our own format with a stray key
         raise SpecError(f"model: this looks like a Hugging Face config.json ({hf_only[0]}) without \"model_type\" "
                         "or \"architectures\"; add \"model_type\" (e.g. \"llama\") so it is read as one")
     check_known_keys(d, _MODEL_KEYS | set(_MODEL_ALIASES) | _MODEL_EXTRA_KEYS, f"model {d.get('name', name) or ''}".strip())

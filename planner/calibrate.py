@@ -359,7 +359,7 @@ class Run:
 
 
 def load_runs(inputs, plan=None) -> list[Run]:
-    runs, seen = [], {}
+    runs, seen, stems = [], {}, set()
     for item in inputs:
         p = Path(item)
         if not p.exists():
@@ -372,7 +372,8 @@ def load_runs(inputs, plan=None) -> list[Run]:
             raise SpecError(f"input '{item}' is the same file as '{seen[key]}'; give each log or runs file once")
         seen[key] = item
         if p.suffix.lower() in (".yaml", ".yml"):
-            runs += _yaml_runs(p)
+            runs += _yaml_runs(p, stems)
+            stems.add(p.stem)
             continue
         run = parse_log(p)
         plan_path = _plan_for(p, plan)
@@ -381,12 +382,12 @@ def load_runs(inputs, plan=None) -> list[Run]:
         runs.append(Run(str(p), f"log:{plan_path}", case, run.step_s, run.memory_mb))
     if not runs:
         raise SpecError("no runs to calibrate on")
-    ids: dict[str, str] = {}
+    seen_ids: set[str] = set()
     for r in runs:
-        if r.id in ids:
-            raise SpecError(f"two runs have the id '{r.id}'; give each run its own `id:` (runs from files "
-                            "of one name are numbered alike: rename one file), so that none is counted twice")
-        ids[r.id] = r.source
+        if r.id in seen_ids:
+            raise SpecError(f"two runs have the id '{r.id}'; give each run its own `id:`, so that none is "
+                            "counted twice")
+        seen_ids.add(r.id)
     return runs
 
 
@@ -421,7 +422,7 @@ def _check_run_keys(rec: dict, where: str) -> None:
 MAX_MEMORY_GIB = 4096          # far above any GPU's memory: a larger reading is a damaged file
 
 
-def _yaml_runs(p: Path) -> list[Run]:
+def _yaml_runs(p: Path, stems_seen=frozenset()) -> list[Run]:
     from search_spaces.frameworks import structural_errors
 
     from .specs import case_from_dict
@@ -464,7 +465,9 @@ def _yaml_runs(p: Path) -> list[Run]:
         if "id" in rec and (not isinstance(rec["id"], str) or not rec["id"].isprintable() or not 0 < len(rec["id"]) <= 200):
             raise SpecError(f"{where}: id must be a string of 1 to 200 printable characters (no newline or "
                             f"escape), got {str(rec['id'])[:40]!r}")
-        rec = {"id": f"{p.stem}-{i + 1}", "notes": "", **rec, "parallel": _deepspeed_schema_keys(rec["parallel"], where)}
+        # a run without an id is named by its file and place; files of one name in two folders keep apart
+        rec = {"id": f"{p.stem}-{i + 1}" if p.stem not in stems_seen else f"{p}-{i + 1}", "notes": "", **rec,
+               "parallel": _deepspeed_schema_keys(rec["parallel"], where)}
         rules = _rules_of(rec, where)
         try:
             r = record_from_published(rec, rules=rules, source=None if rules is None else str(p))

@@ -327,7 +327,8 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
     if not isinstance(training_raw, dict):
         raise SpecError("training: expected a mapping (total_tokens, framework)")
     if (data.get("framework") is not None and training_raw.get("framework") is not None
-            and data["framework"] != training_raw["framework"]):
+            and catalog.load_framework(data["framework"]).name
+            != catalog.load_framework(training_raw["framework"]).name):
         raise SpecError(f"framework {str(data['framework'])[:40]!r} and training.framework "
                         f"{str(training_raw['framework'])[:40]!r} name two frameworks; keep one")
     fw_name = data.get("framework") if "framework" in data else training_raw.get("framework")

@@ -10,8 +10,8 @@
 
 A rules profile names the cost profile it is scored with in `cost_profile`, and the two names need not
 agree: `--framework megatron-lm` (today's Megatron-LM / Megatron-Core rules) is scored with
-`megatron-core.yaml`, while the cost profile `megatron-lm.yaml` describes the Megatron-LM of 2021-22
-(validation runs). `planner estimate` takes a cost profile by name (a case's `framework:`).
+`megatron-core.yaml`, while the cost profiles `megatron-lm-2021.yaml` and `megatron-lm.yaml` describe
+the Megatron-LM of 2021 and of 2022-23 (validation runs). `planner estimate` takes a cost profile by name (a case's `framework:`).
 
 The default target is microsoft/Megatron-DeepSpeed; its rules and silent no-ops are those of
 ../shared/megatron_deepspeed.md §3-4 (source lines there). `megatron-lm` is the second profile: NVIDIA
@@ -284,12 +284,15 @@ def uneven_pipeline_error(model, layout) -> str | None:
     if middle == 0 and rest != 0:
         return (f"with pp 2 the first and last stages hold all {n} layers: first_stage_layers {first} + "
                 f"last_stage_layers {last} must be {n}")
+    stages = f"{middle} middle stage{'s' if middle != 1 else ''}"
+    if rest < 0:
+        return (f"first_stage_layers {first} + last_stage_layers {last} are more than the model's {n} layers")
     if rest < middle:
-        return (f"first_stage_layers {first} + last_stage_layers {last} leave {max(rest, 0)} of the {n} layers "
-                f"for the {middle} middle stages, which need at least one each")
+        return (f"first_stage_layers {first} + last_stage_layers {last} leave {rest} of the {n} layers "
+                f"for the {stages}, which need at least one each")
     if middle > 0 and rest % middle:
         return (f"first_stage_layers {first} + last_stage_layers {last} leave {rest} of the {n} layers, which "
-                f"do not split evenly over the {middle} middle stages")
+                f"do not split evenly over the {stages}")
     vpp = layout.vpp
     if vpp > 1:
         # Interleaving splits each stage into vpp chunks. Megatron-Core takes an uneven split with

@@ -157,18 +157,17 @@ def _clean_stale(parent: Path, target: Path) -> None:
 
 def _remove_ours(path: Path) -> None:
     """Delete a folder this run made or moved aside (the temporary job, or the old job after --force).
-    An old job the user made read-only (0555) is still ours to delete: make its folders writable first,
-    or it stayed behind as a hidden .tmp folder without the marker that lets a later run clean it."""
-    def writable_and_retry(function, name, _exc_info):
-        try:
-            os.chmod(os.path.dirname(name) or ".", 0o700)
-            if os.path.isdir(name) and not os.path.islink(name):
-                os.chmod(name, 0o700)
-            function(name)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=writable_and_retry)
+    An old job the user made read-only (0555) is still ours to delete: its own folders (never a link,
+    never anything above `path`) are made writable first, or it stayed behind as a hidden .tmp folder
+    without the marker that lets a later run clean it."""
+    try:
+        for top, dirs, _files in os.walk(path):          # os.walk does not follow links to folders
+            for d in [top] + [os.path.join(top, name) for name in dirs]:
+                if not os.path.islink(d) and (os.stat(d).st_mode & 0o300) != 0o300:   # owner's w and x
+                    os.chmod(d, 0o700)
+    except OSError:
+        pass
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

@@ -215,6 +215,7 @@ def test_force_over_a_read_only_earlier_job_leaves_nothing_behind(tmp_path, monk
             return real(path, *args, dir_fd=dir_fd, **kw) if dir_fd is not None else real(path, *args, **kw)
         return call
 
+    (tmp_path).chmod(0o2775)                    # the user's folder: its mode must survive
     old = tmp_path / ".job.123.abc.tmp"
     old.mkdir()
     (old / "plan.json").write_text("{}")
@@ -226,6 +227,7 @@ def test_force_over_a_read_only_earlier_job_leaves_nothing_behind(tmp_path, monk
     monkeypatch.setattr(os, "rmdir", as_non_root(os.rmdir))
     writer._remove_ours(old)
     assert not old.exists()
+    assert tmp_path.stat().st_mode & 0o7777 == 0o2775
     # the old behaviour, for contrast: rmtree ignoring errors leaves it
     again = tmp_path / ".job.456.def.tmp"
     again.mkdir()
