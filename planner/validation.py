@@ -376,6 +376,11 @@ def load_records(directory: str | os.PathLike | None = None, include_vtrain: boo
     multi = VTRAIN_MULTI_FILE
     if include_vtrain and multi.exists():
         records += records_from_vtrain(multi, source="vtrain-multi")
+    seen: set[str] = set()
+    for r in records:          # one run under two ids is fine; two runs under one id would be read as one
+        if r.id in seen:
+            raise SpecError(f"validation data in {d}: two runs have the id {r.id[:80]!r}; give each its own id")
+        seen.add(r.id)
     return records
 
 

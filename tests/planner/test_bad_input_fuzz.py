@@ -967,3 +967,15 @@ def test_the_config_json_hint_is_not_given_to_our_own_model_format(tmp_path):
     m.write_text("name: m\nnum_layers: 4\nhidden: 512\nnum_heads: 8\nvocab: 32000\nmax_seq_len: 1024\nhead_dim: 128\n")
     r = CliRunner().invoke(main, ["plan", "--model", str(m), "--cluster", "H100-SXM", "--gpus", "8"])
     assert r.exit_code == 2 and "head_dim" in r.stderr and "model_type" not in r.stderr, r.stderr
+
+
+def test_validation_data_with_one_id_twice_is_refused(tmp_path, validation_dir):
+    """Two runs under one id (in one file or across published_dev.yaml and deepspeed_runs.yaml) were
+    both read; the id names one run in every table and figure."""
+    import shutil
+    data = tmp_path / "v"
+    shutil.copytree(validation_dir, data, ignore=shutil.ignore_patterns("vtrain"))
+    runs = yaml.safe_load((data / "published_dev.yaml").read_text())
+    (data / "published_dev.yaml").write_text(yaml.safe_dump(runs + runs[:1]))
+    r = CliRunner().invoke(main, ["validate", "--data", str(data), "--no-vtrain"])
+    assert r.exit_code == 2 and f"two runs have the id '{runs[0]['id']}'" in r.stderr, r.output
