@@ -589,7 +589,7 @@ def _check_hf(d: dict) -> None:
 
 
 def _check_hf_head_dim(d: dict) -> None:
-    """A head size of its own (Mistral-NeMo, Qwen3, Gemma: head_dim x heads != hidden) changes the
+    """A head size of its own (head_dim x heads != hidden: Mistral-NeMo 12B, Qwen3-0.6B) changes the
     QKV and output projections, the attention FLOPs and the saved Q, K, V; the planner models heads of
     hidden / heads, so such a model would be planned with wrong parameters, FLOPs and memory."""
     head_dim = d.get("head_dim")
