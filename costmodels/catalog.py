@@ -300,6 +300,8 @@ def _lookup(kind: str, ref) -> dict:
     preset = canonical_name(kind, ref)
     if preset is not None:
         return copy.deepcopy(_parsed(kind, preset))
+    if kind == "model" and Path(ref).is_dir() and (Path(ref) / "config.json").is_file():
+        return read_yaml_file(str(Path(ref) / "config.json"), kind)     # a Hugging Face checkpoint folder
     if _looks_like_path(ref) or Path(ref).exists():
         return read_yaml_file(ref, kind)
     raise UnknownPresetError(kind, ref, list(index))

@@ -979,3 +979,17 @@ def test_validation_data_with_one_id_twice_is_refused(tmp_path, validation_dir):
     (data / "published_dev.yaml").write_text(yaml.safe_dump(runs + runs[:1]))
     r = CliRunner().invoke(main, ["validate", "--data", str(data), "--no-vtrain"])
     assert r.exit_code == 2 and f"two runs have the id '{runs[0]['id']}'" in r.stderr, r.output
+
+
+def test_a_checkpoint_folder_holding_config_json_is_read(tmp_path):
+    """--model <folder with config.json> (how Hugging Face checkpoints come) said 'give a YAML file'."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(hf(hidden_act="silu", intermediate_size=1376))
+    r = CliRunner().invoke(main, ["plan", "--model", str(ckpt), "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "32", "-q"])
+    assert r.exit_code == 0, r.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = CliRunner().invoke(main, ["plan", "--model", str(empty), "--cluster", "H100-SXM", "--gpus", "8"])
+    assert r.exit_code == 2 and "is a directory" in r.stderr
