@@ -27,10 +27,11 @@ def _closed_streams():
             sys.stderr.write("error: standard output is closed, so the result has nowhere to go; redirect it "
                              "(> plan.txt, or > /dev/null with --out DIR)\n")
         raise SystemExit(2)
-    if sys.stdout is None:          # the result goes to --out; what would be printed is not wanted
-        sys.stdout = io.TextIOWrapper(open(os.devnull, "wb"), errors="backslashreplace")
-    if sys.stderr is None:
-        sys.stderr = io.TextIOWrapper(open(os.devnull, "wb"), errors="backslashreplace")
+    def devnull():
+        return io.TextIOWrapper(open(os.devnull, "wb"), errors="backslashreplace")
+
+    sys.stdout = sys.stdout or devnull()   # with --out, what would be printed is not wanted
+    sys.stderr = sys.stderr or devnull()
 
 
 def main():

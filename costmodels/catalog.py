@@ -550,6 +550,15 @@ _HF_NOT_DECODER = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "m
                              "nllb", "nllb-moe", "led", "modernbert", "mpnet", "camembert", "xlm"})
 
 
+# The names config.json files give the hidden size and the number of heads (first one present wins).
+_HF_HIDDEN = ("hidden_size", "n_embd", "d_model")
+_HF_HEADS = ("num_attention_heads", "n_head")
+
+
+def _hf_first(d: dict, keys: tuple):
+    return next((d[k] for k in keys if d.get(k) is not None), None)
+
+
 def _check_hf(d: dict) -> None:
     moe = [k for k in _MOE_KEYS if d.get(k) not in (None, 0, 1)]
     if moe:
@@ -578,7 +587,7 @@ def _check_hf(d: dict) -> None:
         raise SpecError(f"config.json describes an encoder or encoder-decoder model "
                         f"({str(d.get('model_type', 'is_encoder_decoder'))[:40]}); the planner plans "
                         "decoder-only GPT-style models")
-    for names in (("hidden_size", "n_embd", "d_model"), ("num_attention_heads", "n_head"),
+    for names in (_HF_HIDDEN, _HF_HEADS,
                   ("num_hidden_layers", "n_layer", "num_layers"), ("intermediate_size", "n_inner")):
         given = {k: d[k] for k in names if d.get(k) is not None}
         if len(set(map(repr, given.values()))) > 1:
@@ -599,8 +608,8 @@ def _check_hf_head_dim(d: dict) -> None:
         return
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
         raise SpecError(f"config.json: head_dim must be a whole number, got {str(head_dim)[:40]!r}")
-    hidden = next((d[k] for k in ("hidden_size", "n_embd", "d_model") if d.get(k) is not None), None)
-    heads = next((d[k] for k in ("num_attention_heads", "n_head") if d.get(k) is not None), None)
+    hidden = _hf_first(d, _HF_HIDDEN)
+    heads = _hf_first(d, _HF_HEADS)
     if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and head_dim * heads != hidden:
         raise SpecError(f"config.json: head_dim {head_dim} differs from hidden_size / num_attention_heads "
                         f"({hidden} / {heads} = {hidden / heads:g}); a head size of its own is not supported "
@@ -620,7 +629,7 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     if hf_only and not set(d) & (_MODEL_KEYS - {"name", "source"}):     # not our own format with a stray key
         raise SpecError(f"model: this looks like a Hugging Face config.json ({hf_only[0]}) without \"model_type\" "
                         "or \"architectures\"; add \"model_type\" (e.g. \"llama\") so it is read as one")
-    check_known_keys(d, _MODEL_KEYS | set(_MODEL_ALIASES) | _MODEL_EXTRA_KEYS, f"model {d.get('name', name) or ''}".strip())
+    check_known_keys(d, known, f"model {d.get('name', name) or ''}".strip())
     act = d.get("activation")
     if act is not None and str(act).lower() not in _ACTIVATIONS:
         raise SpecError(f"model: unknown activation {act!r}; use one of {', '.join(sorted(_ACTIVATIONS))}")
@@ -656,8 +665,8 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
     GPT-NeoX (gelu, LayerNorm, rotary), GPT-2 (n_embd / n_layer keys, learned positions)."""
     mt = str(d.get("model_type", "")).lower()
     get = lambda *keys, default=None: next((d[k] for k in keys if d.get(k) is not None), default)  # noqa: E731
-    hidden = get("hidden_size", "n_embd", "d_model")
-    heads = get("num_attention_heads", "n_head")
+    hidden = get(*_HF_HIDDEN)
+    heads = get(*_HF_HEADS)
     layers = get("num_hidden_layers", "n_layer", "num_layers")
     what = f"config.json ({mt or 'unknown model_type'})"
     for key, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("num_hidden_layers", layers)):
