@@ -15,7 +15,10 @@ Divided by the kernels the cost model counts for that layer, that is the host ti
 It is a lower bound of the real figure: a GPU run also pays the CUDA launch path (driver call, stream
 and allocator bookkeeping) per kernel, and DeepSpeed's engine hooks. benchmarks/fit.py uses the figure
 printed here as the prior (and lower bound) of `host_overhead`; the value it prints depends on the CPU
-(single thread), so run it on an idle machine and quote the CPU.
+(single thread), so run it on an idle machine and quote the CPU. The torch version matters little:
+with vTrain's stack (torch 2.0.1, Python 3.10, per vTrain's docker/Dockerfile) it printed 6.5 / 9.5 us
+on an Intel Xeon where torch 2.13 on Python 3.11 printed 6.9 / 10.6 us (2026-11-24); run it with
+`PYTHONPATH=. other-venv/bin/python benchmarks/host_overhead.py` to compare stacks.
 """
 from __future__ import annotations
 
@@ -88,6 +91,17 @@ def build(layers: int):
     return torch, nn.ModuleList(Layer() for _ in range(layers)), torch.randn(SEQ, BATCH, HIDDEN, requires_grad=True)
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else what `platform` knows: the figure depends on it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def measure(layers: int = 24, repeats: int = 7, steps: int = 20) -> dict:
     """Seconds of host time per layer for forward + backward, without and with checkpointing (best of
     `repeats`: the floor, not the noise of a shared machine)."""
@@ -116,8 +130,9 @@ def measure(layers: int = 24, repeats: int = 7, steps: int = 20) -> dict:
     out["kernels_recompute"] = 2 * fwd + bwd
     out["per_kernel_plain_s"] = out["plain"] / out["kernels_plain"]
     out["per_kernel_recompute_s"] = out["recompute"] / out["kernels_recompute"]
-    out["cpu"] = platform.processor() or platform.machine()
+    out["cpu"] = cpu_name()
     out["torch"] = torch.__version__
+    out["python"] = platform.python_version()
     return out
 
 
@@ -128,7 +143,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     r = measure(args.layers, args.repeats)
-    print(f"CPU {r['cpu']}, torch {r['torch']}, one thread, best of {args.repeats}")
+    print(f"CPU {r['cpu']}, torch {r['torch']}, Python {r['python']}, one thread, best of {args.repeats}")
     print(f"  forward + backward:            {r['plain'] * 1e3:6.3f} ms per layer, "
           f"{r['kernels_plain']:.0f} counted kernels -> {r['per_kernel_plain_s'] * 1e6:5.1f} us each")
     print(f"  with activation checkpointing: {r['recompute'] * 1e3:6.3f} ms per layer, "
