@@ -200,6 +200,9 @@ def make_storage(optuna, url: str | None):
         return None
     is_sqlite = _is_sqlite(str(url))
     db = sqlite_file(url)
+    if db is not None and db.parent.exists() and not db.parent.is_dir():
+        raise SpecError(f"--storage {public_storage(url)!r}: '{db.parent.name}', which should be the folder "
+                        "holding the SQLite file, is a file; give a file in an existing folder")
     if db is not None and not db.parent.is_dir():
         raise SpecError(f"--storage {public_storage(url)!r}: the folder '{db.parent.name or db.parent}' that "
                         "should hold the SQLite file does not exist; create it, or give a file in an existing folder")

@@ -157,14 +157,22 @@ def test_stale_running_trials_are_failed_on_resume(tmp_path):
 
 
 def test_a_trial_finished_elsewhere_is_not_told_twice(tmp_path):
-    """Two workers told the same trial: the second tell is skipped, not 'Cannot tell a COMPLETE trial'."""
+    """Two workers told the same trial: the search's tell (planner/optuna_search.py `_tell`) skips a
+    trial another worker finished, for a finite value and for a failed (non-finite) one, instead of
+    raising 'Cannot tell a COMPLETE trial'."""
+    from planner.optuna_search import _tell
     storage = f"sqlite:///{tmp_path / 's.db'}"
-    planner.plan("gpt-1.7b", "H100-SXM", trials=10, storage=storage, study_name="s", **KW)
-    study = optuna.load_study(study_name="s", storage=storage)
-    t = study.trials[0]
+    study = optuna.create_study(study_name="s", storage=storage)
+    trials = [study.ask(), study.ask()]
+    for t in trials:                                   # the other worker finishes both first
+        study.tell(t.number, 2.0)
     with pytest.raises(ValueError, match="Cannot tell a COMPLETE trial"):
-        study.tell(t.number, 1.0)              # what the old code did
-    study.tell(t.number, 1.0, skip_if_finished=True)   # what the search does
+        study.tell(trials[1].number, state=optuna.trial.TrialState.FAIL)     # what the old code did
+    failed, worked = _tell(optuna, study, trials, [[1.0], [float("nan")]], broken=[0, 0], excess=[0.0, 0.0],
+                           evaluated={0, 1}, two=False)
+    assert (failed, worked) == (1, 1)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert [t.value for t in study.trials] == [2.0, 2.0]
 
 
 # ---- secrets and local paths ----------------------------------------------------------------------
@@ -217,17 +225,26 @@ def test_unreachable_storage_error_hides_the_password():
     assert "hunter2" not in line and "cannot open Optuna storage" in line
 
 
-def test_an_sqlite_file_that_cannot_be_opened_says_what_would_fix_it(tmp_path):
+def test_an_sqlite_file_that_cannot_be_opened_says_what_would_fix_it(tmp_path, monkeypatch):
     """SQLite's own words ("unable to open database file") named neither the cause nor the fix: a missing
     or read-only directory (SQLite writes a journal beside the file)."""
     line = one_error_line(CliRunner().invoke(main, ARGS + ["--storage", f"sqlite:///{tmp_path}/missing/x.db"]))
     assert "the folder 'missing' that should hold the SQLite file does not exist; create it" in line
     assert str(tmp_path) not in line
+    (tmp_path / "afile").write_text("")
+    line = one_error_line(CliRunner().invoke(main, ARGS + ["--storage", f"sqlite:///{tmp_path}/afile/x.db"]))
+    assert "'afile', which should be the folder holding the SQLite file, is a file" in line   # was: "does not exist"
     (tmp_path / "ro").mkdir()
     os.chmod(tmp_path / "ro", 0o555)
     try:
         if os.access(tmp_path / "ro", os.W_OK):
-            pytest.skip("running as a user who may write anywhere (root)")
+            # root may write in a 0555 folder (and CI may run as root): SQLite's own refusal, emulated
+            import optuna
+            import sqlalchemy.exc
+
+            def refuse(url, *a, **k):
+                raise sqlalchemy.exc.OperationalError("connect", {}, Exception("unable to open database file"))
+            monkeypatch.setattr(optuna.storages, "RDBStorage", refuse)
         line = one_error_line(CliRunner().invoke(main, ARGS + ["--storage", f"sqlite:///{tmp_path}/ro/x.db"]))
         assert "unable to open database file" in line and "its directory writable" in line
         assert str(tmp_path) not in line
