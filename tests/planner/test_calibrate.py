@@ -10,6 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 import planner
+from costmodels.errors import SpecError
 from planner.calibrate import Run, fit, load_calibration, parse_log, predict
 from planner.cli import main
 from planner.specs import case_from_dict
@@ -268,7 +269,7 @@ def test_bad_calibration_file_is_one_error_line(tmp_path):
     r = CliRunner().invoke(main, ["estimate", str(example), "--calibration", str(bad)])
     _one_error(r, "compute_scale")
     bad.write_text("constants: {gemm_magic: 1}\n")
-    with pytest.raises(Exception, match="unknown constant"):
+    with pytest.raises(SpecError, match="unknown constant"):
         load_calibration(bad)
 
 
@@ -311,7 +312,7 @@ def test_a_calibration_is_for_the_gpu_and_framework_it_was_made_on(probe_dir, tm
         r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", *args, "--gpus", "8", "--global-batch", "32",
                                       "-q", "--calibration", str(calib)])
         _one_error(r, "was made on runs of H100-SXM with megatron-deepspeed; this is", "calibrate on runs of this")
-    with pytest.raises(Exception, match="made on runs of H100-SXM"):
+    with pytest.raises(SpecError, match="made on runs of H100-SXM"):
         planner.estimate(model="gpt-1.7b", cluster={"gpu": "A100-80GB", "num_gpus": 8}, parallel={"tp": 1},
                          calibration=planner.calibrate(logs))
     # a mapping of constants carries no scope and is taken as given
@@ -323,7 +324,7 @@ def test_a_calibration_is_for_the_gpu_and_framework_it_was_made_on(probe_dir, tm
         case = case_from_dict({"model": "gpt-1.7b", "cluster": {"gpu": gpu, "num_gpus": 8, "gpus_per_node": 8},
                                "parallel": {"tp": 1, "global_batch": 32}})
         runs.append(Run(gpu, "test", case, 1.0))
-    with pytest.raises(Exception, match="2 GPUs .*A100-80GB, H100-SXM.*calibrate each GPU on its own runs"):
+    with pytest.raises(SpecError, match="2 GPUs .*A100-80GB, H100-SXM.*calibrate each GPU on its own runs"):
         fit(runs)
     # a hand-edited scope is checked like the rest of the file
     bad = tmp_path / "bad.yaml"

@@ -16,7 +16,13 @@ def test_each_rules_profile_names_a_cost_profile():
     for profile in PROFILES.values():
         assert isinstance(profile, RulesProfile)
         cost = profile.load_cost_profile()
-        assert isinstance(cost, Framework) and cost == catalog.load_framework(profile.cost_profile)
+        assert isinstance(cost, Framework) and cost.name == profile.cost_profile
+    # the overrides a calibration puts on a profile reach its cost profile, and only those
+    from dataclasses import replace
+    mds = PROFILES["megatron-deepspeed"]
+    calibrated = replace(mds, cost_overrides=(("host_overhead_s", 99e-6),)).load_cost_profile()
+    assert calibrated.host_overhead_s == 99e-6 != mds.load_cost_profile().host_overhead_s
+    assert replace(calibrated, host_overhead_s=mds.load_cost_profile().host_overhead_s) == mds.load_cost_profile()
 
 
 def test_megatron_lm_is_scored_with_the_megatron_core_cost_profile():
