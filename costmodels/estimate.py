@@ -53,14 +53,24 @@ def estimate_batch(model: ModelSpec, cluster: ClusterSpec, framework: Framework,
     if n <= CHUNK:
         return BatchEstimate(_columns(_estimate_chunk(model, cluster, framework, layouts), n))
 
+    # Each chunk writes its rows into preallocated columns (no concatenation at the end: it cost a
+    # sixth of the time at a million rows). Every column is float64 but the two fit flags.
+    out: dict = {}
+
     def run(i):
         chunk = layouts.take(slice(i, i + CHUNK))
-        return _columns(_estimate_chunk(model, cluster, framework, chunk), len(chunk))
+        cols = _estimate_chunk(model, cluster, framework, chunk)
+        for k, v in cols.items():
+            out[k][i:i + len(chunk)] = v          # constants broadcast
+        return None
 
+    first = _estimate_chunk(model, cluster, framework, layouts.take(slice(0, 1)))
+    for k, v in first.items():
+        out[k] = np.empty(n, dtype=bool if np.asarray(v).dtype == bool else float)
     # numpy releases the GIL inside each operation, so chunks score in parallel on every core.
     with ThreadPoolExecutor(max_workers=min(_WORKERS, -(-n // CHUNK))) as pool:
-        parts = list(pool.map(run, range(0, n, CHUNK)))
-    return BatchEstimate({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+        list(pool.map(run, range(0, n, CHUNK)))
+    return BatchEstimate(out)
 
 
 def _columns(cols: dict, n: int) -> dict:

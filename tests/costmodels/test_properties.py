@@ -1,4 +1,6 @@
 """Invariants of the cost model (hypothesis)."""
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -128,3 +130,25 @@ def test_nothing_offloaded_costs_no_offload_time(model, tp, pp, mbs, fw, flash, 
     assert estimate(m, cluster, framework, layout).time.offload == 0.0
     batch = estimate_batch(m, cluster, framework, LayoutBatch.from_layouts([layout]))
     assert float(batch.columns["time_offload"][0]) == 0.0
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(layouts, min_size=5, max_size=20))
+def test_chunked_batches_equal_one_pass(ds):
+    """Above CHUNK rows the batch is scored in chunks (in threads) written into preallocated columns:
+    every column, fit flags included, must equal the one-pass result row for row."""
+    import costmodels.estimate
+    E = sys.modules["costmodels.estimate"]
+    model = catalog.load_model(ds[0]["model"])
+    batch = LayoutBatch.from_layouts([make({**d, "model": ds[0]["model"]})[1] for d in ds])
+    whole = estimate_batch(model, CLUSTER, FW, batch).columns
+    old = E.CHUNK
+    try:
+        E.CHUNK = 3
+        chunked = estimate_batch(model, CLUSTER, FW, batch).columns
+    finally:
+        E.CHUNK = old
+    assert set(chunked) == set(whole)
+    for k in whole:
+        assert chunked[k].dtype == np.asarray(whole[k]).dtype, k
+        assert np.array_equal(chunked[k], np.broadcast_to(whole[k], chunked[k].shape), equal_nan=True), k
