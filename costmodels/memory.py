@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
+from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where, whole  # noqa: F401
 
 from .types import FP8, FP32, GC_FP32, OFF_NONE, RC_FULL, RC_SELECTIVE, ZERO0, ZERO1, ZERO2, ZERO3, Framework, ModelSpec, Precision
 
@@ -123,8 +123,8 @@ def megatron_softmax_falls_back(m: ModelSpec, tokens, seq_len, tp, flash, precis
     seqs = tokens / s
     batches = seqs * m.num_heads / asf(tp)
     per_block = where(s <= 128, 8.0, 4.0)
-    fits = (s > 16) & (s <= fused_max_seq) & (s % 4 == 0) & (batches % per_block == 0)
-    eager = where(fits, False, fused_max_seq > 0) & (seqs % 1.0 == 0)
+    fits = (s > 16) & (s <= fused_max_seq) & whole(s / 4.0) & whole(batches / per_block)
+    eager = where(fits, False, fused_max_seq > 0) & whole(seqs)
     return where(flash, False, where(asv(precision) == FP32, False, eager))
 
 
