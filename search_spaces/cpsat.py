@@ -64,15 +64,37 @@ class _Collector(cp_model.CpSolverSolutionCallback):
             self.stop_search()
 
 
+def new_solver() -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    return solver
+
+
+def solve(solver: cp_model.CpSolver, model, callback=None):
+    """solver.solve, then Python's Ctrl-C handler put back: CP-SAT catches SIGINT during a solve (an
+    interrupted enumeration is reported, `_enumerate`) and afterwards restores the OS default, not
+    Python's, so a later Ctrl-C (lattice scoring, the Optuna study) killed the process with no message
+    and no clean-up (fuzzing round 7)."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        return solver.solve(model, callback) if callback is not None else solver.solve(model)
+    finally:
+        if main and handler is not None:
+            signal.signal(signal.SIGINT, handler)
+
+
 def _enumerate(space: Space, knobs, rules, limit=ENUMERATION_LIMIT) -> tuple[dict, bool]:
     m, x, _ = _build(space, knobs, rules)
-    solver = cp_model.CpSolver()
+    solver = new_solver()
     solver.parameters.enumerate_all_solutions = True
-    solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     variables = [x[k] for k in knobs]
     cb = _Collector(variables, limit)
-    status = solver.solve(m, cb)
+    status = solve(solver, m, cb)
     if status == cp_model.MODEL_INVALID:
         # a value the request checks did not bound (search_spaces.space.check_request): not an interrupt
         raise SpecError("a requested value is too large for the layout solver "
@@ -136,9 +158,8 @@ def enumerate_lattice(space: Space, rules) -> Lattice:
 def check(space: Space, rules, layout_values: dict) -> list[Rule]:
     """Rules that the fixed layout breaks, according to CP-SAT (empty list: feasible)."""
     m, _, literals = _build(space, KNOBS, rules, fixed=layout_values, assumptions=True)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    status = solver.solve(m)
+    solver = new_solver()
+    status = solve(solver, m)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return []
     if status != cp_model.INFEASIBLE:
@@ -154,10 +175,9 @@ def check(space: Space, rules, layout_values: dict) -> list[Rule]:
 def conflicting_rules(space: Space, rules) -> list[Rule]:
     """A set of rules that cannot all hold over the space's domains (empty: some layout exists)."""
     m, _, literals = _build(space, KNOBS, rules, assumptions=True)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
+    solver = new_solver()
     solver.parameters.max_time_in_seconds = 20.0
-    status = solver.solve(m)
+    status = solve(solver, m)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return []
     if status != cp_model.INFEASIBLE:

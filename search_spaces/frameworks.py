@@ -230,9 +230,12 @@ def violated(rules, ctx, layout) -> list[Rule]:
 
 
 def _fix_hint(rule: Rule, ctx, layout, rules) -> str:
-    """Values of the rule's first knob that would satisfy it, others unchanged."""
+    """Values of the rule's first knob that would satisfy it, others unchanged ("" for a rule on the
+    model alone, which names no knob: no layout value fixes it)."""
     from .space import build_space, SearchRequest
 
+    if not rule.knobs:
+        return ""
     knob = rule.knobs[0]
     try:
         space = build_space(ctx.model, ctx.cluster, SearchRequest(num_gpus=ctx.num_gpus,

@@ -99,6 +99,9 @@ def check_plan(data: dict, path) -> None:
     structural_errors(case_from_dict(case))
     if not isinstance(data.get("runner_ups", []), list):
         raise SpecError(f"plan file '{path}' is damaged: runner_ups must be a list")
+    for key in ("defaults_used", "warnings"):
+        if not isinstance(data.get(key, []), list):
+            raise SpecError(f"plan file '{path}' is damaged: {key} must be a list; re-run `planner plan --out`")
     estimates = [("estimate", data.get("estimate"))]
     estimates += [(f"runner_ups[{i}].estimate", r.get("estimate") if isinstance(r, dict) else None)
                   for i, r in enumerate(data.get("runner_ups") or [])]

@@ -1,0 +1,58 @@
+"""Inputs fuzzing round 7 (2026-11-24) found getting through: each test failed before its fix (a
+traceback, a silent misreading, or a Ctrl-C that killed the process without a word)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*argv):
+    return CliRunner().invoke(main, [str(a) for a in argv])
+
+
+def one_error(r, fragment):
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and fragment in lines[0], r.stderr
+
+
+def test_estimate_of_an_alibi_model_under_megatron_deepspeed_warns_instead_of_crashing(tmp_path):
+    """The framework rule on ALiBi names no knob; the fix hint indexed its first knob (IndexError)."""
+    case = tmp_path / "alibi.yaml"
+    case.write_text("model: {name: t, num_layers: 4, hidden_size: 512, num_attention_heads: 8, vocab_size: 32000,"
+                    " seq_length: 1024, position: alibi}\ncluster: {gpu: H100-SXM, num_gpus: 8}\nparallel: {tp: 2}\n")
+    r = run("estimate", case)
+    assert r.exit_code == 0, r.output
+    assert "mds-position-embeddings" in r.stdout and "ALiBi" in r.stdout
+
+
+@pytest.mark.parametrize("key,value", [("defaults_used", -1), ("defaults_used", True), ("warnings", 5)])
+def test_explain_of_a_plan_whose_lists_were_edited_is_one_line(tmp_path, key, value):
+    out = tmp_path / "job"
+    assert run("plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+               "--quiet", "--out", out).exit_code == 0
+    data = json.loads((out / "plan.json").read_text())
+    data[key] = value
+    edited = tmp_path / "p.json"
+    edited.write_text(json.dumps(data))
+    one_error(run("explain", edited), f"{key} must be a list")
+
+
+def test_python_still_catches_ctrl_c_after_the_layout_solver():
+    """CP-SAT put back the OS default SIGINT handler after a solve, so a Ctrl-C during lattice scoring
+    or the Optuna study killed the process silently (exit 130, no message, no clean-up)."""
+    code = ("import signal, planner\n"
+            "planner.plan('gpt-1.7b', 'H100-SXM', gpus=8, global_batch=64, top_k=1)\n"
+            "caught = [l for l in open('/proc/self/status') if l.startswith('SigCgt')][0].split()[1]\n"
+            "print(int(caught, 16) >> (signal.SIGINT - 1) & 1)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
