@@ -8,6 +8,7 @@ import difflib
 import functools
 import json
 import math
+import re
 import numbers
 import os
 import stat
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SpecError, UnknownPresetError
+from .errors import SpecError, UnknownPresetError, leading_zero_hint
 from .types import GPU, ClusterSpec, Framework, ModelSpec
 from .units import parse_number, parse_quantity
 
@@ -195,10 +196,17 @@ def _no_base60(construct):
     quotes became a wrong number silently. Read as the text it is (YAML 1.2 does the same): a sparsity
     pattern 2:4 or a note '12:30' is right, and a number field given '1:30' is refused by its own check."""
     def as_text(loader, node):
-        if ":" in str(node.value):
+        value = str(node.value)
+        if ":" in value or _YAML11_BASES.match(value):
             return loader.construct_scalar(node)
         return construct(loader, node)
     return as_text
+
+
+# YAML 1.1's octal (010 is 8, 01024 is 532) and binary (0b101) integers: a leading zero typed by habit
+# became another number silently. Read as text, as the base-60 forms are: a number field then reads
+# '010' as 10, as YAML 1.2 does, and refuses '0b101'.
+_YAML11_BASES = re.compile(r"[-+]?(0[0-7_]+|0b[01_]+)$")
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_base60(yaml.SafeLoader.construct_yaml_int))
@@ -428,7 +436,7 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
     gpn = system.get("gpus_per_node", 8)
     for key, value in (("num_gpus", num_gpus), ("gpus_per_node", gpn)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise SpecError(f"cluster: {key} must be a whole number, got {value!r}")
+            raise SpecError(f"cluster: {key} must be a whole number, got {value!r}{leading_zero_hint(value)}")
     num_gpus, gpn = int(num_gpus), int(gpn)                  # numpy ints too
     domain = parse_number(system.get("nvlink_domain", gpn), what="cluster nvlink_domain", low=1,
                           high=1_000_000, integer=True)
@@ -567,7 +575,7 @@ def _check_hf(d: dict) -> None:
     for key in _HF_INT_KEYS:
         value = d.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise SpecError(f"config.json: {key} must be a whole number, got {value!r}")
+            raise SpecError(f"config.json: {key} must be a whole number, got {value!r}{leading_zero_hint(value)}")
     for key in _HF_FLOAT_KEYS:
         value = d.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):

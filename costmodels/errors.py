@@ -36,3 +36,14 @@ class InfeasibleError(PlannerError):
         super().__init__(message)
         self.reasons = tuple(reasons)
         self.min_gpus = min_gpus
+
+
+def leading_zero_hint(value) -> str:
+    """What to do about an integer typed with a leading zero ('010'), which the YAML reader keeps as
+    text (YAML 1.1 would read it as the octal 8): '' for anything else."""
+    import re
+
+    if isinstance(value, str) and re.fullmatch(r"[-+]?0[0-9_]+", value.strip()):
+        return f"; write {value.strip().lstrip('+-0').replace('_', '') or '0'} without the leading zero " \
+               "(YAML 1.1 reads a leading zero as octal)"
+    return ""

@@ -14,7 +14,7 @@ from typing import Mapping, get_type_hints
 
 import numpy as np
 
-from .errors import SpecError
+from .errors import SpecError, leading_zero_hint
 
 
 class _Coded(str, Enum):
@@ -169,7 +169,7 @@ class ModelSpec:
                      "max_seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-                raise SpecError(f"model '{self.name}': {name} must be a positive integer, got {value!r}")
+                raise SpecError(f"model '{self.name}': {name} must be a positive integer, got {value!r}{leading_zero_hint(value)}")
             if value > 10**9:
                 raise SpecError(f"model '{self.name}': {name} = {value} is beyond any real model (max 10^9)")
         if self.hidden % self.num_heads:
@@ -375,7 +375,7 @@ class Layout:
         for name in ("tp", "pp", "dp", "cp", "vpp", "mbs", "gbs", "seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise SpecError(f"layout: {name} must be a positive integer, got {value!r}")
+                raise SpecError(f"layout: {name} must be a positive integer, got {value!r}{leading_zero_hint(value)}")
             if value > 10**9:
                 raise SpecError(f"layout: {name} = {value} is beyond any real layout (max 10^9)")
         if self.zero not in ZeroStage._CODES.values():

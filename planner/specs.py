@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costmodels import catalog
-from costmodels.errors import SpecError
+from costmodels.errors import SpecError, leading_zero_hint
 from costmodels.types import (ClusterSpec, Framework, GradComm, Layout, ModelSpec, Offload, Precision,
                               Recompute, Sparsity, TrainingSpec)
 from costmodels.units import parse_quantity
@@ -135,7 +135,7 @@ def _int(section: dict, key: str, what: str, default=None):
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise SpecError(f"{what}.{key} must be a whole number, got {value!r}")
+        raise SpecError(f"{what}.{key} must be a whole number, got {value!r}{leading_zero_hint(value)}")
     return value
 
 

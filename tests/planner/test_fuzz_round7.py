@@ -56,3 +56,33 @@ def test_python_still_catches_ctrl_c_after_the_layout_solver():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
+
+
+@pytest.mark.parametrize("where,text,fragment", [
+    ("model", "name: tiny\nnum_layers: 010\nhidden_size: 512\nnum_attention_heads: 8\nvocab_size: 32000\n"
+              "seq_length: 1024\n", "num_layers must be a positive integer, got '010'; write 10 without the leading zero"),
+    ("case", "model: llama2-7b\ncluster: {gpu: H100-SXM, num_gpus: 016}\nparallel: {tp: 2}\n",
+     "num_gpus must be a whole number, got '016'; write 16"),
+    ("case", "model: llama2-7b\ncluster: {gpu: H100-SXM, num_gpus: 16}\nparallel: {tp: 02}\n",
+     "parallel.tp must be a whole number, got '02'; write 2"),
+    ("model", "name: tiny\nnum_layers: 0b100\nhidden_size: 512\nnum_attention_heads: 8\nvocab_size: 32000\n"
+              "seq_length: 1024\n", "num_layers must be a positive integer, got '0b100'"),
+])
+def test_yaml_11_octal_and_binary_integers_are_not_read_as_other_numbers(tmp_path, where, text, fragment):
+    """YAML 1.1 read num_layers: 010 as 8 and seq_length: 01024 as 532, and planned them silently."""
+    path = tmp_path / "f.yaml"
+    path.write_text(text)
+    if where == "model":
+        r = run("plan", "--model", path, "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "32",
+                "--out", tmp_path / "job")
+        assert not (tmp_path / "job").exists()
+    else:
+        r = run("estimate", path)
+    one_error(r, fragment)
+
+
+def test_a_name_with_a_leading_zero_stays_its_text(tmp_path):
+    from costmodels.catalog import read_yaml_data
+    path = tmp_path / "m.yaml"
+    path.write_text("name: 0100\nnote: 12:30\n")
+    assert read_yaml_data(path, "model") == {"name": "0100", "note": "12:30"}
