@@ -558,6 +558,42 @@ _HF_NOT_DECODER = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "m
                              "nllb", "nllb-moe", "led", "modernbert", "mpnet", "camembert", "xlm"})
 
 
+# The decoder families whose config.json the reader interprets (positions, norm, MLP, tied embeddings,
+# key-value heads), by model_type; a config.json that names only its class is read by that class. Other
+# families are refused: read generically, BLOOM (ALiBi) was planned as a RoPE model and StarCoder /
+# Falcon (multi-query attention: one key-value head) with as many key-value heads as query heads.
+_HF_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt_neox", "gpt2",
+                       "nemotron"})
+_HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+                     "Qwen3ForCausalLM": "qwen3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
+                     "Gemma3ForCausalLM": "gemma3_text", "GPTNeoXForCausalLM": "gpt_neox",
+                     "GPT2LMHeadModel": "gpt2", "NemotronForCausalLM": "nemotron"}
+# Families whose config.json ties the embeddings unless it says otherwise (transformers' defaults).
+_HF_TIED_BY_DEFAULT = frozenset({"gpt2", "gemma", "gemma2", "gemma3_text"})
+
+
+def hf_model_type(d: dict) -> str:
+    """The config.json's model family: model_type, else its class name (architectures[0]); refused
+    unless the reader interprets that family (_HF_TYPES)."""
+    if "model_type" in d:
+        mt = str(d["model_type"]).lower()
+    else:
+        arch = d.get("architectures")
+        first = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else None
+        mt = _HF_ARCHITECTURES.get(first, "") if first else ""
+        if not mt:
+            raise SpecError(f"config.json: architectures {str(arch)[:60]} is not a model class the planner reads "
+                            f"({', '.join(sorted(_HF_ARCHITECTURES))}); add \"model_type\" for one of "
+                            f"{', '.join(sorted(_HF_TYPES))}, or describe the model in a YAML file")
+    if mt not in _HF_TYPES:
+        why = ("ALiBi positions" if mt in ("bloom", "mpt") or d.get("alibi") is True
+               else "multi-query attention" if d.get("multi_query") is True else "its layers")
+        raise SpecError(f"config.json: model_type {mt[:40]!r} is not a family the planner reads ({why} would be "
+                        f"misread); it reads {', '.join(sorted(_HF_TYPES))}: describe the model in a YAML file "
+                        "(num_layers, hidden_size, num_attention_heads, num_kv_heads, ...) instead")
+    return mt
+
+
 # The names config.json files give the hidden size and the number of heads (first one present wins).
 _HF_HIDDEN = ("hidden_size", "n_embd", "d_model")
 _HF_HEADS = ("num_attention_heads", "n_head")
@@ -595,6 +631,7 @@ def _check_hf(d: dict) -> None:
         raise SpecError(f"config.json describes an encoder or encoder-decoder model "
                         f"({str(d.get('model_type', 'is_encoder_decoder'))[:40]}); the planner plans "
                         "decoder-only GPT-style models")
+    hf_model_type(d)
     for names in (_HF_HIDDEN, _HF_HEADS,
                   ("num_hidden_layers", "n_layer", "num_layers"), ("intermediate_size", "n_inner")):
         given = {k: d[k] for k in names if d.get(k) is not None}
@@ -671,7 +708,7 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
 def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
     """Hugging Face config.json: Llama / Mistral / Qwen2 (silu -> SwiGLU, RMSNorm, RoPE),
     GPT-NeoX (gelu, LayerNorm, rotary), GPT-2 (n_embd / n_layer keys, learned positions)."""
-    mt = str(d.get("model_type", "")).lower()
+    mt = hf_model_type(d)
     get = lambda *keys, default=None: next((d[k] for k in keys if d.get(k) is not None), default)  # noqa: E731
     hidden = get(*_HF_HIDDEN)
     heads = get(*_HF_HEADS)
@@ -686,7 +723,7 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
     gpt2 = mt == "gpt2"
     norm = "rmsnorm" if ("rms_norm_eps" in d or mt in ("llama", "mistral", "qwen2", "qwen3", "gemma")) else "layernorm"
     position = "learned" if gpt2 else "rope"
-    tied = bool(get("tie_word_embeddings", default=gpt2))
+    tied = bool(get("tie_word_embeddings", default=mt in _HF_TIED_BY_DEFAULT))
     bias = gpt2 or mt == "gpt_neox" or bool(get("attention_bias", default=False))
     dropout = float(get("resid_pdrop", "hidden_dropout", default=0.0) or 0.0)
     attn_dropout = float(get("attn_pdrop", "attention_dropout", default=0.0) or 0.0)

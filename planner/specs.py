@@ -66,7 +66,7 @@ def default_seq_len(model: ModelSpec) -> tuple[int, str]:
 
 def model_warnings(data: dict, model: ModelSpec) -> list[tuple[str, str, str]]:
     """(kind, message, suggestion) for what a Hugging Face config holds that the target cannot express."""
-    mt = str(data.get("model_type", "")).lower()
+    mt = catalog.hf_model_type(data) if model.source == HF_SOURCE else ""
     out = []
     if mt in QKV_BIAS_MODEL_TYPES and not model.bias:
         out.append(("model", f"{model.name} ({mt}) has biases on the query/key/value projections; "

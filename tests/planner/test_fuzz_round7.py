@@ -86,3 +86,35 @@ def test_a_name_with_a_leading_zero_stays_its_text(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text("name: 0100\nnote: 12:30\n")
     assert read_yaml_data(path, "model") == {"name": "0100", "note": "12:30"}
+
+
+@pytest.mark.parametrize("config,fragment", [
+    ({"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_layer": 4, "hidden_size": 512, "n_head": 8,
+      "vocab_size": 32000}, "model_type 'bloom' is not a family the planner reads (ALiBi positions"),
+    ({"model_type": "gpt_bigcode", "n_embd": 512, "n_head": 8, "n_layer": 4, "multi_query": True, "vocab_size": 32000},
+     "(multi-query attention would be misread)"),
+    ({"model_type": "banana", "hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4,
+      "vocab_size": 32000}, "model_type 'banana' is not a family the planner reads"),
+    ({"architectures": ["FooForCausalLM"], "hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4,
+      "vocab_size": 32000}, "architectures ['FooForCausalLM'] is not a model class the planner reads"),
+])
+def test_config_json_of_a_family_the_reader_does_not_interpret_is_refused(tmp_path, config, fragment):
+    """BLOOM was planned as a RoPE model (--use-rotary-position-embeddings in launch.sh), StarCoder with
+    16 key-value heads instead of 1, an unknown model_type without a word."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = run("plan", "--model", path, "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "32",
+            "--out", tmp_path / "job")
+    one_error(r, fragment)
+    assert not (tmp_path / "job").exists()
+
+
+def test_config_json_families_are_read_with_their_own_defaults():
+    from costmodels import catalog
+    base = {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4, "vocab_size": 32000,
+            "hidden_act": "silu"}
+    by_class = catalog.model_from_dict({**base, "architectures": ["LlamaForCausalLM"], "rms_norm_eps": 1e-5})
+    assert by_class.norm == "rmsnorm" and by_class.position == "rope" and not by_class.tied_embeddings
+    gemma = catalog.model_from_dict({**base, "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"})
+    assert gemma.tied_embeddings and gemma.gated_mlp          # GemmaConfig ties unless told otherwise
+    assert not catalog.model_from_dict({**base, "model_type": "gemma", "tie_word_embeddings": False}).tied_embeddings
