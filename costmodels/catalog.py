@@ -325,6 +325,11 @@ def gpu_from_dict(d: dict) -> GPU:
     if not isinstance(d, dict):
         raise SpecError(f"GPU: expected a mapping of GPU fields, got {type(d).__name__}")
     what = f"GPU {d.get('name', '?')}"
+    # a misspelt key would silently leave its default (gemm_eficiency: 0.2 planned at 0.7)
+    check_known_keys(d, _GPU_KEYS, what)
+    for section, known in (("peak", _GPU_PEAK_KEYS), ("system", _CLUSTER_KEYS - {"gpu"}), ("fitted", _GPU_FITTED_KEYS)):
+        if isinstance(d.get(section), dict):
+            check_known_keys(d[section], known, f"{what} {section}")
     peak_raw = _require(d, "peak", what)
     if not isinstance(peak_raw, dict) or not peak_raw:
         raise SpecError(f"{what}: 'peak' must map precisions (bf16, fp16, ...) to FLOP/s, e.g. bf16: 989 TFLOP/s")
@@ -371,6 +376,11 @@ def gpu_from_dict(d: dict) -> GPU:
     )
 
 
+_GPU_KEYS = {"name", "aliases", "source", "description", "hbm", "hbm_bandwidth", "peak", "sparse_2to4", "system",
+             "num_sms", "gemm_tile_intensity", "fitted"}
+_GPU_PEAK_KEYS = {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8"}
+_GPU_FITTED_KEYS = {"gemm_efficiency", "attention_efficiency", "hbm_efficiency", "kernel_overhead", "fp8_gemm_speedup",
+                    "sparse_gemm_speedup"}
 # Upper limits of a GPU file's quantities: far above any GPU, below what overflows the arithmetic.
 GPU_MAXIMA = {"hbm": 2.0**50, "hbm_bandwidth": 1e15, "nvlink_bandwidth": 1e14, "network_bandwidth": 1e14,
               "pcie_bandwidth": 1e13, "kernel_overhead": 1e-3}

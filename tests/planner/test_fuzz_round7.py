@@ -118,3 +118,22 @@ def test_config_json_families_are_read_with_their_own_defaults():
     gemma = catalog.model_from_dict({**base, "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"})
     assert gemma.tied_embeddings and gemma.gated_mlp          # GemmaConfig ties unless told otherwise
     assert not catalog.model_from_dict({**base, "model_type": "gemma", "tie_word_embeddings": False}).tied_embeddings
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (("  gemm_efficiency: 0.639", "  gemm_eficiency: 0.2"), "fitted: unknown key 'gemm_eficiency'; did you mean gemm_efficiency?"),
+    (("  network_bandwidth:", "  network_bandwith:"), "system: unknown key 'network_bandwith'"),
+    (("  tf32:", "  tf33:"), "peak: unknown key 'tf33'"),
+    (("num_sms:", "num_sm:"), "unknown key 'num_sm'; did you mean num_sms?"),
+])
+def test_a_misspelt_key_in_a_gpu_file_is_refused(tmp_path, edit, fragment):
+    """A GPU file's misspelt key left its default silently (gemm_eficiency: 0.2 planned at 0.639)."""
+    text = (ROOT / "costmodels" / "catalog" / "gpus" / "h100-sxm.yaml").read_text()
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("aliases")).replace(
+        "name: H100-SXM", "name: MyGPU")
+    assert edit[0] in text
+    path = tmp_path / "gpu.yaml"
+    path.write_text(text.replace(edit[0], edit[1], 1))
+    r = run("plan", "--model", "gpt-1.7b", "--cluster", path, "--gpus", "16", "--global-batch", "64",
+            "--out", tmp_path / "job")
+    one_error(r, fragment)
