@@ -237,10 +237,16 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
             used.append(f"{what}.{key} = {str(CASE_DEFAULTS[key]).lower()}")
     sparsity = Sparsity.parse(_name(section, "sparsity", what, CASE_DEFAULTS["sparsity"], allow_bool=True))
     density = section.get("density")
+    follows = float(sparsity_density(sparsity.code))
     if density is None:
-        density = float(sparsity_density(sparsity.code))
+        density = follows
     elif isinstance(density, bool) or not isinstance(density, (int, float)):
         raise SpecError(f"{what}.density must be a number between 0 and 1, got {density!r}")
+    elif density != follows:
+        # the share of kept weights follows from `sparsity` (plan.json records it); a density of its own
+        # was accepted and ignored (fuzzing round 7)
+        raise SpecError(f"{what}.density {density!r} does not match sparsity {sparsity.value} (density {follows:g}): "
+                        "the density follows from sparsity (dense 1, 2:4 0.5); remove density or set sparsity")
     try:
         return Layout(
             tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq, zero=int(zero),

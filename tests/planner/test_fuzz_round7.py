@@ -137,3 +137,17 @@ def test_a_misspelt_key_in_a_gpu_file_is_refused(tmp_path, edit, fragment):
     r = run("plan", "--model", "gpt-1.7b", "--cluster", path, "--gpus", "16", "--global-batch", "64",
             "--out", tmp_path / "job")
     one_error(r, fragment)
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    ("density: 0.01", "parallel.density 0.01 does not match sparsity dense (density 1)"),
+    ("sparsity: '2:4', density: 1.0", "parallel.density 1.0 does not match sparsity 2:4 (density 0.5)"),
+])
+def test_a_density_that_sparsity_contradicts_is_refused(tmp_path, extra, fragment):
+    """parallel.density was checked and then ignored: density 0.01 gave the dense step time."""
+    path = tmp_path / "case.yaml"
+    path.write_text("model: llama2-7b\ncluster: {gpu: H100-SXM, num_gpus: 8}\n"
+                    f"parallel: {{micro_batch: 1, global_batch: 64, tp: 2, {extra}}}\n")
+    one_error(run("estimate", path), fragment)
+    path.write_text(path.read_text().replace("density: 0.01", "density: 1").replace("density: 1.0", "density: 0.5"))
+    assert run("estimate", path).exit_code == 0          # the density sparsity gives is accepted
