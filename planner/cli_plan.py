@@ -149,6 +149,8 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
     lines = show and not tty and progress is None
 
     study_flags = _given_study_flags(click.get_current_context())
+    launcher_given = click.get_current_context().get_parameter_source("launcher") == \
+        click.core.ParameterSource.COMMANDLINE
 
     def work():
         from .outdir import check_out_dir, default_storage
@@ -164,6 +166,10 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
                             f"{'it' if len(study_flags) == 1 else 'them'}, or use --method optuna")
         if probe and not out:
             raise SpecError("--probe writes probe.sh into the job directory: it needs --out DIR")
+        if launcher_given and not _writes_job(framework):
+            raise SpecError(f"--launcher chooses how launch.sh starts the job, and --framework {framework} writes no "
+                            "job (plan.json and report.md only; the job files are Megatron-DeepSpeed's): drop "
+                            "--launcher, or plan for --framework megatron-deepspeed")
         if out is not None:
             check_out_dir(out, force, inputs)
         choices = {k: _split(v) for k, v in knobs.items() if v is not None}
@@ -218,6 +224,16 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         click.echo(plan_text(result))
         if written:
             click.echo(f"\nwrote {written}")
+    if written and not _writes_job(framework):
+        click.echo(f"note: --framework {framework} has no job emitter: {written} holds plan.json and report.md "
+                   "only, no launch.sh or ds_config.json (those are Megatron-DeepSpeed's)", err=True)
+
+
+def _writes_job(framework: str) -> bool:
+    """Whether the framework profile names a job emitter (--out then writes launch.sh and the rest)."""
+    from search_spaces.frameworks import PROFILES
+    profile = PROFILES.get(framework)
+    return profile is None or bool(profile.emitter)
 
 
 for _knob in CLI_KNOBS:       # one pin-or-restrict option per knob of the table that has a flag

@@ -151,3 +151,17 @@ def test_a_density_that_sparsity_contradicts_is_refused(tmp_path, extra, fragmen
     one_error(run("estimate", path), fragment)
     path.write_text(path.read_text().replace("density: 0.01", "density: 1").replace("density: 1.0", "density: 0.5"))
     assert run("estimate", path).exit_code == 0          # the density sparsity gives is accepted
+
+
+def test_a_plan_for_a_framework_without_a_job_emitter_says_no_job_was_written(tmp_path):
+    """--framework megatron-lm --out DIR printed 'wrote DIR' with no launch.sh in it, and took --launcher."""
+    args = ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+            "--framework", "megatron-lm", "--quiet"]
+    one_error(run(*args, "--launcher", "torchrun", "--out", tmp_path / "a"), "--framework megatron-lm writes no job")
+    assert not (tmp_path / "a").exists()
+    r = run(*args, "--out", tmp_path / "b")
+    assert r.exit_code == 0, r.output
+    assert "has no job emitter" in r.stderr and "no launch.sh" in r.stderr
+    assert not (tmp_path / "b" / "launch.sh").exists() and (tmp_path / "b" / "plan.json").exists()
+    r = run(*args[:-3], "--launcher", "torchrun", "--quiet", "--out", tmp_path / "c")     # megatron-deepspeed
+    assert r.exit_code == 0 and (tmp_path / "c" / "launch.sh").exists() and "no job emitter" not in r.stderr
