@@ -289,10 +289,13 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
         catalog.check_known_keys(data["training"], TRAINING_KEYS, "training")
     defaults: list[str] = []
 
-    def resolve(ref):
-        if isinstance(ref, str) and base_dir is not None and catalog.canonical_name("model", ref) is None:
+    def resolve(ref, kind="model"):
+        """A file named in a case file is relative to the case file, never to the working directory (the
+        same case meant another model from another folder); a preset name stays a name."""
+        if isinstance(ref, str) and base_dir is not None and catalog.canonical_name(kind, ref) is None:
             candidate = base_dir / ref
-            if candidate.exists():
+            looks_like_file = "/" in ref or os.sep in ref or ref.lower().endswith((".yaml", ".yml", ".json"))
+            if candidate.exists() or looks_like_file:
                 return str(candidate)
         return ref
 
@@ -305,10 +308,11 @@ def case_from_dict(data: dict, base_dir: Path | None = None) -> Case:
         cluster_dict = {k: v for k, v in cluster_raw.items() if k not in ("intra_node", "inter_node")}
         if "gpu" in cluster_dict and isinstance(cluster_dict["gpu"], str):
             name = catalog.canonical_name("gpu", cluster_dict["gpu"])
-            if name is None and not Path(str(cluster_dict["gpu"])).exists():
+            path = None if name else resolve(cluster_dict["gpu"], "gpu")
+            if name is None and not Path(str(path)).exists():
                 from costmodels.errors import UnknownPresetError
                 raise UnknownPresetError("GPU", cluster_dict["gpu"], catalog.names("gpu"))
-            cluster_dict["gpu"] = name or resolve(cluster_dict["gpu"])
+            cluster_dict["gpu"] = name or path
         if "num_gpus" not in cluster_dict and isinstance(parallel, dict):
             world = 1
             for key in ("tp", "pp", "dp", "cp"):

@@ -165,3 +165,21 @@ def test_a_plan_for_a_framework_without_a_job_emitter_says_no_job_was_written(tm
     assert not (tmp_path / "b" / "launch.sh").exists() and (tmp_path / "b" / "plan.json").exists()
     r = run(*args[:-3], "--launcher", "torchrun", "--quiet", "--out", tmp_path / "c")     # megatron-deepspeed
     assert r.exit_code == 0 and (tmp_path / "c" / "launch.sh").exists() and "no job emitter" not in r.stderr
+
+
+def test_files_named_in_a_case_file_are_relative_to_it_wherever_the_command_runs(tmp_path, monkeypatch):
+    """model: m.yaml in sub/case.yaml used ./m.yaml when sub/m.yaml was missing (another model from
+    another folder), and a GPU file beside the case was refused as an unknown GPU from elsewhere."""
+    tiny = "name: {}\nnum_layers: 4\nhidden_size: 512\nnum_attention_heads: 8\nvocab_size: 32000\nseq_length: 1024\n"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "m.yaml").write_text(tiny.format("wrong-one"))
+    (tmp_path / "sub" / "case.yaml").write_text("model: m.yaml\ncluster: {gpu: H100-SXM, num_gpus: 8}\nparallel: {tp: 2}\n")
+    monkeypatch.chdir(tmp_path)
+    one_error(run("estimate", "sub/case.yaml"), "model file 'sub/m.yaml' does not exist")
+    (tmp_path / "sub" / "m.yaml").write_text(tiny.format("right-one"))
+    gpu = (ROOT / "costmodels" / "catalog" / "gpus" / "h100-sxm.yaml").read_text().replace("name: H100-SXM", "name: MyG")
+    (tmp_path / "sub" / "g.yaml").write_text("\n".join(l for l in gpu.splitlines() if not l.startswith("aliases")))
+    (tmp_path / "sub" / "case.yaml").write_text("model: m.yaml\ncluster: {gpu: g.yaml, num_gpus: 8}\nparallel: {tp: 2}\n")
+    r = run("estimate", "sub/case.yaml")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("right-one on 8 x MyG")
