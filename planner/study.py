@@ -194,10 +194,33 @@ def check_sqlite_file(db: Path, url) -> None:
                         "the planner keeps its studies apart from other data: give another file name")
 
 
+# SQLAlchemy's dialects an Optuna RDB storage runs on
+_DIALECTS = ("sqlite", "postgresql", "mysql", "mariadb", "oracle", "mssql")
+
+
+def check_scheme(url: str) -> None:
+    """The URL's scheme must name a database SQLAlchemy knows, in lower case (file://, redis:// and
+    SQLITE:// ended in "Can't load plugin: sqlalchemy.dialects:...")."""
+    if "://" not in url:
+        return
+    scheme = url.split("://", 1)[0]
+    dialect = scheme.split("+", 1)[0]
+    fix = "give sqlite:///FILE.db, or postgresql://USER@HOST/DB for several workers"
+    if dialect.lower() in ("postgres", "pg"):
+        raise SpecError(f"--storage {public_storage(url)!r}: write the scheme as postgresql:// (SQLAlchemy's name "
+                        "for PostgreSQL)")
+    if dialect.lower() not in _DIALECTS:
+        raise SpecError(f"--storage {public_storage(url)!r}: '{scheme[:30]}' is not a database Optuna keeps "
+                        f"studies in; {fix}")
+    if dialect != dialect.lower():
+        raise SpecError(f"--storage: the scheme '{scheme[:30]}' must be written in lower case ({scheme.lower()}://...)")
+
+
 def make_storage(optuna, url: str | None):
     """An Optuna storage for `url` (None: in memory) with heartbeats and, for SQLite, serialised access."""
     if not url:
         return None
+    check_scheme(str(url))
     is_sqlite = _is_sqlite(str(url))
     db = sqlite_file(url)
     if db is not None and db.parent.exists() and not db.parent.is_dir():

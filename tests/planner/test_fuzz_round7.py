@@ -183,3 +183,17 @@ def test_files_named_in_a_case_file_are_relative_to_it_wherever_the_command_runs
     r = run("estimate", "sub/case.yaml")
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith("right-one on 8 x MyG")
+
+
+@pytest.mark.parametrize("url,fragment", [
+    ("file:///x", "'file' is not a database Optuna keeps studies in; give sqlite:///FILE.db"),
+    ("redis://host/0", "'redis' is not a database Optuna keeps studies in"),
+    ("SQLITE:///up.db", "the scheme 'SQLITE' must be written in lower case (sqlite://...)"),
+    ("postgres://u@h/db", "write the scheme as postgresql://"),
+])
+def test_a_storage_url_optuna_cannot_use_says_which_would_do(tmp_path, url, fragment):
+    """These ended in SQLAlchemy's "Can't load plugin: sqlalchemy.dialects:file"."""
+    r = run("plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+            "--method", "optuna", "--trials", "3", "--storage", url, "--out", tmp_path / "job")
+    one_error(r, fragment)
+    assert not (tmp_path / "job").exists()
