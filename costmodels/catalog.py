@@ -69,6 +69,8 @@ def read_text_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BY
                    errors: str = "strict") -> str:
     """A user's input file as text: a regular file (not a FIFO or device), at most `limit` bytes
     (MAX_INPUT_BYTES), UTF-8 (`errors="replace"` for logs, which may hold any bytes)."""
+    if not str(path).strip():
+        raise SpecError(f"the {what} path is empty; give a file")
     p = Path(path)
     try:
         st = os.stat(p)
@@ -77,7 +79,8 @@ def read_text_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BY
     except (OSError, ValueError) as exc:
         raise SpecError(f"cannot read {what} file '{path}': {getattr(exc, 'strerror', None) or exc}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise SpecError(f"{what} '{path}' is a directory; give a YAML file")
+        kind = {"log": "the log files in it (DIR/*.log)", "plan": "its plan.json"}.get(what, "a YAML file")
+        raise SpecError(f"{what} '{path}' is a directory; give {kind}")
     if not stat.S_ISREG(st.st_mode):
         raise SpecError(f"{what} '{path}' is not a regular file (a device, FIFO or socket); give a file")
     if st.st_size > limit:
@@ -89,7 +92,14 @@ def read_text_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BY
             raw = fh.read(limit + 1)
         if len(raw) > limit:
             raise SpecError(f"{what} file '{path}' is larger than {limit // 2**20} MiB")
-        return raw.decode("utf-8", errors=errors)
+        if errors == "strict" and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]                 # a UTF-8 byte-order mark (Windows editors write one)
+        text = raw.decode("utf-8", errors=errors)
+        if errors == "strict" and "\0" in text:
+            at = text.index("\0")
+            raise SpecError(f"{what} file '{path}' holds a NUL byte (line {text.count(chr(10), 0, at) + 1}): it is "
+                            "not a text file; save it as plain UTF-8 text")
+        return text
     except UnicodeDecodeError as exc:
         utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
         raise SpecError(f"{what} file '{path}' is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "

@@ -432,6 +432,11 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
                                     "price_per_gpu_hour, so plans are ranked by GPU-hours",
                                     "give --price-per-gpu-hour (e.g. '2.5 USD') or price_per_gpu_hour in the "
                                     "cluster YAML to see the cost"))
+    if "time-to-train" in objectives and not total_tokens:
+        warnings.append(PlanWarning("time-to-train", "--objective time-to-train without a token budget: plans "
+                                    "are ranked for 1e12 tokens, which orders them as time per token does, and no "
+                                    "training time is shown",
+                                    "give --tokens (e.g. 2T) or training.total_tokens in the case file"))
     if advice and objectives[0] != "memory":     # a plan chosen for memory headroom is slow by request
         warnings += advise(found)
     return PlanResult.from_search(found, notes=notes, warnings=warnings, currency=currency)

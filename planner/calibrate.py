@@ -294,7 +294,7 @@ def _plan_for(log: Path, plan) -> Path:
 
 
 def _rank_of(log: Path, data: dict, path) -> int:
-    m = re.fullmatch(r"(\d{1,6})", log.stem)
+    m = re.fullmatch(r"([0-9]{1,6})", log.stem)    # ASCII digits: a full-width 3 is no rank
     if m:
         return int(m.group(1))
     if len(data.get("runner_ups") or []) == 0:
@@ -361,6 +361,8 @@ class Run:
 def load_runs(inputs, plan=None) -> list[Run]:
     runs, seen, stems = [], {}, set()
     for item in inputs:
+        if not str(item).strip():
+            raise SpecError("an input path is empty; give Megatron-DeepSpeed logs or a runs YAML file")
         p = Path(item)
         if not p.exists():
             raise SpecError(f"input '{item}' does not exist")

@@ -47,7 +47,7 @@ def estimate(case, as_json, tokens, calibration):
     from .text import estimate_text
 
     def work():
-        if str(case).endswith(".json"):
+        if str(case).lower().endswith(".json"):
             from .emit.plan_file import case_from_plan_json
             result = api.estimate(case_from_plan_json(case), total_tokens=cli_token_budget(tokens), calibration=calibration)
         else:

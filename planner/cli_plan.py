@@ -154,7 +154,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
 
     def work():
         from .outdir import check_out_dir, default_storage
-        from .study import sqlite_file
+        from .study import public_storage, sqlite_file
         from .settings import USER_CACHE
         from costmodels.errors import SpecError
         inputs = _input_files(model, cluster)
@@ -192,6 +192,14 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             made_here = None
         try:
             return _plan_and_write(store, choices, inputs, reporter)
+        except SpecError as exc:
+            prefix = f"--storage {public_storage(store)!r}: "
+            if storage or not out or not str(exc).startswith(prefix):
+                raise
+            # the study file is the default one beside --out: the user gave no --storage to blame
+            what = str(exc)[len(prefix):].split("; give ")[0]
+            raise SpecError(f"the study file --out {out} keeps beside it: {what}; move that file away, or give "
+                            "--storage") from None
         except BaseException:
             if made_here is not None:
                 for suffix in ("", "-journal", "-wal", "-shm"):

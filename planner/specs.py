@@ -84,7 +84,7 @@ def load_model(ref, warnings: list | None = None) -> ModelSpec:
     to `warnings` as (kind, message, suggestion)."""
     if isinstance(ref, os.PathLike):
         ref = os.fspath(ref)              # a pathlib.Path, as cluster=, case= and out= take
-    if isinstance(ref, str) and ref.endswith(".json") and Path(ref).exists():
+    if isinstance(ref, str) and ref.lower().endswith(".json") and Path(ref).exists():
         data = catalog.read_json_file(ref, "model")
         if not isinstance(data, dict):
             raise SpecError(f"model file '{ref}' must hold a JSON object")

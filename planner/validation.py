@@ -27,7 +27,11 @@ DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "validatio
 
 
 def validation_dir(path: str | os.PathLike | None = None) -> Path:
-    """`path`, else $PLANNER_VALIDATION_DIR, else ../shared/validation next to the checkout."""
+    """`path`, else $PLANNER_VALIDATION_DIR, else ../shared/validation next to the checkout. An empty
+    `path` is refused: it silently meant the default data."""
+    if path is not None and not str(path).strip():
+        raise SpecError("--data is empty; give the validation folder, or leave --data out for the default "
+                        "(../shared/validation or $PLANNER_VALIDATION_DIR)")
     return Path(path or os.environ.get("PLANNER_VALIDATION_DIR") or DEFAULT_DIR)
 
 

@@ -197,3 +197,52 @@ def test_a_storage_url_optuna_cannot_use_says_which_would_do(tmp_path, url, frag
             "--method", "optuna", "--trials", "3", "--storage", url, "--out", tmp_path / "job")
     one_error(r, fragment)
     assert not (tmp_path / "job").exists()
+
+
+def test_round7_messages_say_what_to_fix(tmp_path):
+    """Minor findings of round 7: an empty path, a folder of logs, a byte-order mark, a NUL byte, an
+    empty --data, the default study file beside --out blamed on --storage, an upper-case .JSON."""
+    one_error(run("estimate", ""), "the case path is empty; give a file")
+    one_error(run("calibrate", "", "--out", tmp_path / "c.yaml"), "an input path is empty")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "1.log").write_text("x\n")
+    one_error(run("calibrate", tmp_path / "logs", "--out", tmp_path / "c.yaml"), "give the log files in it (DIR/*.log)")
+    one_error(run("validate", "--data", ""), "--data is empty")
+    nul = tmp_path / "nul.yaml"
+    nul.write_bytes(b"name: tiny\nnum_layers: 4\x00\n")
+    one_error(run("plan", "--model", nul, "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "32"),
+              "holds a NUL byte (line 2)")
+    bom = tmp_path / "config.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8,
+                                                   "num_hidden_layers": 4, "vocab_size": 32000}).encode())
+    assert run("plan", "--model", bom, "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "32",
+               "--quiet").exit_code == 0
+    (tmp_path / "job.optuna.db").write_text("not a database\n")
+    one_error(run("plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+                  "--method", "optuna", "--trials", "3", "--out", tmp_path / "job"),
+              "the study file --out")
+    out = tmp_path / "j"
+    assert run("plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+               "--quiet", "--out", out).exit_code == 0
+    upper = tmp_path / "PLAN.JSON"
+    upper.write_text((out / "plan.json").read_text())
+    r = run("estimate", upper)
+    assert r.exit_code == 0 and r.stdout.startswith("gpt-1.7b on 8 x H100-SXM"), r.output
+
+
+def test_a_full_width_digit_is_no_probe_rank():
+    from planner.calibrate import _rank_of
+    from costmodels.errors import SpecError
+    data = {"runner_ups": [{}, {}]}
+    assert _rank_of(Path("3.log"), data, "plan.json") == 3
+    with pytest.raises(SpecError, match="name it <rank>.log"):
+        _rank_of(Path("\uff13.log"), data, "plan.json")
+
+
+def test_time_to_train_without_tokens_warns():
+    import planner
+    result = planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=64, objective="time-to-train", top_k=1)
+    assert any(w.kind == "time-to-train" and "--tokens" in w.suggestion for w in result.warnings)
+    result = planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=64, objective="time-to-train", top_k=1,
+                          total_tokens=1e12)
+    assert not any(w.kind == "time-to-train" for w in result.warnings)
