@@ -583,11 +583,12 @@ _HF_NOT_DECODER = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "m
 # families are refused: read generically, BLOOM (ALiBi) was planned as a RoPE model and StarCoder /
 # Falcon (multi-query attention: one key-value head) with as many key-value heads as query heads.
 _HF_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt_neox", "gpt2",
-                       "nemotron"})
+                       "nemotron", "phi3", "olmo", "olmo2", "granite"})
 _HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
                      "Qwen3ForCausalLM": "qwen3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
                      "Gemma3ForCausalLM": "gemma3_text", "GPTNeoXForCausalLM": "gpt_neox",
-                     "GPT2LMHeadModel": "gpt2", "NemotronForCausalLM": "nemotron"}
+                     "GPT2LMHeadModel": "gpt2", "NemotronForCausalLM": "nemotron", "Phi3ForCausalLM": "phi3",
+                     "OlmoForCausalLM": "olmo", "Olmo2ForCausalLM": "olmo2", "GraniteForCausalLM": "granite"}
 # Families whose config.json ties the embeddings unless it says otherwise (transformers' defaults).
 _HF_TIED_BY_DEFAULT = frozenset({"gpt2", "gemma", "gemma2", "gemma3_text"})
 
