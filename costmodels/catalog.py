@@ -214,9 +214,10 @@ def _no_base60(construct):
 
 
 # YAML 1.1's octal (010 is 8, 01024 is 532) and binary (0b101) integers: a leading zero typed by habit
-# became another number silently. Read as text, as the base-60 forms are: a number field then reads
-# '010' as 10, as YAML 1.2 does, and refuses '0b101'.
-_YAML11_BASES = re.compile(r"[-+]?(0[0-7_]+|0b[01_]+)$")
+# became another number silently. Read as text, as the base-60 forms are: fields that take whole
+# numbers refuse the text saying which number to write (costmodels.errors.leading_zero_hint); the few
+# that read quantities from text (training.total_tokens, '2T') read '0100' as 100, as YAML 1.2 does.
+_YAML11_BASES = re.compile(r"[-+]?(0[0-7_]*[1-7][0-7_]*|0b[01_]+)$")     # 00 is 0 in every reading: a number
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_base60(yaml.SafeLoader.construct_yaml_int))
@@ -589,6 +590,9 @@ _HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral
                      "Gemma3ForCausalLM": "gemma3_text", "GPTNeoXForCausalLM": "gpt_neox",
                      "GPT2LMHeadModel": "gpt2", "NemotronForCausalLM": "nemotron", "Phi3ForCausalLM": "phi3",
                      "OlmoForCausalLM": "olmo", "Olmo2ForCausalLM": "olmo2", "GraniteForCausalLM": "granite"}
+# Families with RMSNorm (the rest, GPT-2, GPT-NeoX, OLMo 1, Nemotron, use a LayerNorm).
+_HF_RMSNORM_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
+                               "olmo2", "granite"})
 # Families whose config.json ties the embeddings unless it says otherwise (transformers' defaults).
 _HF_TIED_BY_DEFAULT = frozenset({"gpt2", "gemma", "gemma2", "gemma3_text"})
 
@@ -742,7 +746,7 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
     gated = (act in _HF_GATED_ACTIVATIONS or mt in _HF_GATED_TYPES) and mt != "gpt_neox"
     ffn = get("intermediate_size", "n_inner", default=None) or 4 * hidden
     gpt2 = mt == "gpt2"
-    norm = "rmsnorm" if ("rms_norm_eps" in d or mt in ("llama", "mistral", "qwen2", "qwen3", "gemma")) else "layernorm"
+    norm = "rmsnorm" if ("rms_norm_eps" in d or mt in _HF_RMSNORM_TYPES) else "layernorm"
     position = "learned" if gpt2 else "rope"
     tied = bool(get("tie_word_embeddings", default=mt in _HF_TIED_BY_DEFAULT))
     bias = gpt2 or mt == "gpt_neox" or bool(get("attention_bias", default=False))

@@ -43,7 +43,9 @@ def leading_zero_hint(value) -> str:
     text (YAML 1.1 would read it as the octal 8): '' for anything else."""
     import re
 
-    if isinstance(value, str) and re.fullmatch(r"[-+]?0[0-9_]+", value.strip()):
-        return f"; write {value.strip().lstrip('+-0').replace('_', '') or '0'} without the leading zero " \
+    text = value.strip() if isinstance(value, str) else ""
+    if re.fullmatch(r"[-+]?0[0-9_]+", text):
+        sign = "-" if text.startswith("-") else ""
+        return f"; write {sign}{text.lstrip('+-0').replace('_', '') or '0'} without the leading zero " \
                "(YAML 1.1 reads a leading zero as octal)"
     return ""

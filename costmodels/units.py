@@ -10,7 +10,7 @@ import math
 import numbers
 import re
 
-from .errors import SpecError
+from .errors import SpecError, leading_zero_hint
 
 KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
@@ -119,7 +119,8 @@ def parse_number(value, *, what: str, low: float | None = None, high: float | No
         value = int(value) if isinstance(value, numbers.Integral) else float(value)     # numpy scalars
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
         kind = "a whole number" if integer else "a number"
-        raise SpecError(f"{what}: expected {kind}{_range_text(low, high, low_open)}, got {value!r}")
+        raise SpecError(f"{what}: expected {kind}{_range_text(low, high, low_open)}, got {value!r}"
+                        f"{leading_zero_hint(value)}")
     x = float(value)
     if not math.isfinite(x) or (low is not None and (x < low or (low_open and x == low))) \
             or (high is not None and x > high):

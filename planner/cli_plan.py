@@ -168,7 +168,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             raise SpecError("--probe writes probe.sh into the job directory: it needs --out DIR")
         if launcher_given and not _writes_job(framework):
             raise SpecError(f"--launcher chooses how launch.sh starts the job, and --framework {framework} writes no "
-                            "job (plan.json and report.md only; the job files are Megatron-DeepSpeed's): drop "
+                            "job (plan.json, report.md and figures only; the job files are Megatron-DeepSpeed's): drop "
                             "--launcher, or plan for --framework megatron-deepspeed")
         if out is not None:
             check_out_dir(out, force, inputs)
@@ -233,8 +233,8 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         if written:
             click.echo(f"\nwrote {written}")
     if written and not _writes_job(framework):
-        click.echo(f"note: --framework {framework} has no job emitter: {written} holds plan.json and report.md "
-                   "only, no launch.sh or ds_config.json (those are Megatron-DeepSpeed's)", err=True)
+        click.echo(f"note: --framework {framework} has no job emitter: {written} holds plan.json, report.md and "
+                   "figures only, no launch.sh or ds_config.json (those are Megatron-DeepSpeed's)", err=True)
 
 
 def _writes_job(framework: str) -> bool:

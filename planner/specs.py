@@ -66,7 +66,9 @@ def default_seq_len(model: ModelSpec) -> tuple[int, str]:
 
 def model_warnings(data: dict, model: ModelSpec) -> list[tuple[str, str, str]]:
     """(kind, message, suggestion) for what a Hugging Face config holds that the target cannot express."""
-    mt = catalog.hf_model_type(data) if model.source == HF_SOURCE else ""
+    # a config.json names its family; the planner's own model mapping (plan.json) does not
+    hf = model.source == HF_SOURCE and ("model_type" in data or "architectures" in data)
+    mt = catalog.hf_model_type(data) if hf else ""
     out = []
     if mt in QKV_BIAS_MODEL_TYPES and not model.bias:
         out.append(("model", f"{model.name} ({mt}) has biases on the query/key/value projections; "
@@ -242,7 +244,7 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
         density = follows
     elif isinstance(density, bool) or not isinstance(density, (int, float)):
         raise SpecError(f"{what}.density must be a number between 0 and 1, got {density!r}")
-    elif density != follows:
+    elif density != follows and sparsity is not Sparsity.UNSTRUCTURED:
         # the share of kept weights follows from `sparsity` (plan.json records it); a density of its own
         # was accepted and ignored (fuzzing round 7)
         raise SpecError(f"{what}.density {density!r} does not match sparsity {sparsity.value} (density {follows:g}): "

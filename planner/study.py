@@ -194,26 +194,28 @@ def check_sqlite_file(db: Path, url) -> None:
                         "the planner keeps its studies apart from other data: give another file name")
 
 
-# SQLAlchemy's dialects an Optuna RDB storage runs on
-_DIALECTS = ("sqlite", "postgresql", "mysql", "mariadb", "oracle", "mssql")
-
-
 def check_scheme(url: str) -> None:
-    """The URL's scheme must name a database SQLAlchemy knows, in lower case (file://, redis:// and
-    SQLITE:// ended in "Can't load plugin: sqlalchemy.dialects:...")."""
+    """The URL's scheme must name a database SQLAlchemy has a dialect for, in lower case (file://,
+    redis:// and SQLITE:// ended in "Can't load plugin: sqlalchemy.dialects:..."). Any installed
+    dialect is accepted (Optuna's RDB storage runs on SQLAlchemy)."""
     if "://" not in url:
         return
     scheme = url.split("://", 1)[0]
     dialect = scheme.split("+", 1)[0]
-    fix = "give sqlite:///FILE.db, or postgresql://USER@HOST/DB for several workers"
     if dialect.lower() in ("postgres", "pg"):
         raise SpecError(f"--storage {public_storage(url)!r}: write the scheme as postgresql:// (SQLAlchemy's name "
                         "for PostgreSQL)")
-    if dialect.lower() not in _DIALECTS:
-        raise SpecError(f"--storage {public_storage(url)!r}: '{scheme[:30]}' is not a database Optuna keeps "
-                        f"studies in; {fix}")
     if dialect != dialect.lower():
         raise SpecError(f"--storage: the scheme '{scheme[:30]}' must be written in lower case ({scheme.lower()}://...)")
+    try:
+        from sqlalchemy.dialects import registry
+        registry.load(scheme.replace("+", "."))
+    except ImportError:
+        pass               # the dialect exists but its driver is missing: SQLAlchemy's own message says which
+    except Exception:      # noqa: BLE001 - NoSuchModuleError: no such database
+        raise SpecError(f"--storage {public_storage(url)!r}: '{scheme[:30]}' is not a database Optuna keeps "
+                        "studies in; give sqlite:///FILE.db, or postgresql://USER@HOST/DB for several workers") \
+            from None
 
 
 def make_storage(optuna, url: str | None):

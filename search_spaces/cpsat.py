@@ -80,6 +80,9 @@ def solve(solver: cp_model.CpSolver, model, callback=None):
 
     main = threading.current_thread() is threading.main_thread()
     handler = signal.getsignal(signal.SIGINT) if main else None
+    if not main:
+        # off the main thread no handler can be put back afterwards: CP-SAT must not touch SIGINT at all
+        solver.parameters.catch_sigint_signal = False
     try:
         return solver.solve(model, callback) if callback is not None else solver.solve(model)
     finally:
