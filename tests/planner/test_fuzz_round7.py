@@ -50,17 +50,25 @@ def test_explain_of_a_plan_whose_lists_were_edited_is_one_line(tmp_path, key, va
 LINUX_PROC = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/self/status (Linux)")
 
 
-@LINUX_PROC
-def test_python_still_catches_ctrl_c_after_the_layout_solver():
-    """CP-SAT put back the OS default SIGINT handler after a solve, so a Ctrl-C during lattice scoring
-    or the Optuna study killed the process silently (exit 130, no message, no clean-up)."""
-    code = ("import signal, planner\n"
-            "planner.plan('gpt-1.7b', 'H100-SXM', gpus=8, global_batch=64, top_k=1)\n"
+PLAN_ONCE = "planner.plan('gpt-1.7b', 'H100-SXM', gpus=8, global_batch=64, top_k=1)"
+
+
+def sigint_caught_after(statements: str) -> bool:
+    """Whether Python still catches SIGINT (the SigCgt mask of /proc/self/status) after `statements`
+    ran in a fresh interpreter."""
+    code = (f"import signal, threading, planner\n{statements}\n"
             "caught = [l for l in open('/proc/self/status') if l.startswith('SigCgt')][0].split()[1]\n"
             "print(int(caught, 16) >> (signal.SIGINT - 1) & 1)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "1"
+    return out.stdout.strip() == "1"
+
+
+@LINUX_PROC
+def test_python_still_catches_ctrl_c_after_the_layout_solver():
+    """CP-SAT put back the OS default SIGINT handler after a solve, so a Ctrl-C during lattice scoring
+    or the Optuna study killed the process silently (exit 130, no message, no clean-up)."""
+    assert sigint_caught_after(PLAN_ONCE)
 
 
 @pytest.mark.parametrize("where,text,fragment", [
@@ -257,15 +265,7 @@ def test_time_to_train_without_tokens_warns():
 def test_a_plan_made_off_the_main_thread_leaves_ctrl_c_to_python():
     """Off the main thread no handler can be put back after a solve: CP-SAT must not take SIGINT there
     (the process then died silently on Ctrl-C; review of round 7)."""
-    code = ("import signal, threading, planner\n"
-            "t = threading.Thread(target=lambda: planner.plan('gpt-1.7b', 'H100-SXM', gpus=8, global_batch=64,"
-            " top_k=1))\n"
-            "t.start(); t.join()\n"
-            "caught = [l for l in open('/proc/self/status') if l.startswith('SigCgt')][0].split()[1]\n"
-            "print(int(caught, 16) >> (signal.SIGINT - 1) & 1)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "1"
+    assert sigint_caught_after(f"t = threading.Thread(target=lambda: {PLAN_ONCE})\nt.start(); t.join()")
 
 
 def test_a_plan_made_from_a_config_json_reads_back(tmp_path):
