@@ -3,7 +3,6 @@ selects: rules and job target) names the cost profile (catalog frameworks/*.yaml
 import pytest
 
 import planner
-from costmodels import catalog
 from costmodels.types import Framework
 from planner.serialise import plan_to_dict
 from planner.ties import bands_dict
