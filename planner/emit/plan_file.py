@@ -96,7 +96,16 @@ def check_plan(data: dict, path) -> None:
         case = _case(data)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise SpecError(f"plan file '{path}' is damaged: {_describe(exc)}") from None
-    structural_errors(case_from_dict(case))
+    parsed = case_from_dict(case)
+    structural_errors(parsed)
+    # the framework's own rules too: the planner never chooses a layout that breaks them, so a plan that
+    # does was edited (an ALiBi model under Megatron-DeepSpeed was rendered as if planned)
+    from search_spaces.frameworks import PROFILES, framework_violations
+    profile = PROFILES.get(str((data.get("inputs") or {}).get("framework", "")))
+    if profile is not None:
+        for rule, message, _ in framework_violations(parsed.model, parsed.cluster, parsed.layout, profile):
+            raise SpecError(f"plan file '{path}' breaks the {profile.name} rule '{rule.name}' ({message}), which no "
+                            "plan the planner writes does; the file was changed, re-run `planner plan --out`")
     if not isinstance(data.get("runner_ups", []), list):
         raise SpecError(f"plan file '{path}' is damaged: runner_ups must be a list")
     for key in ("defaults_used", "warnings"):

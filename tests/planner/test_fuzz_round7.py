@@ -295,3 +295,17 @@ def test_round7_review_number_forms(tmp_path):
     case.write_text("model: llama2-7b\ncluster: {gpu: H100-SXM, num_gpus: 8}\n"
                     "parallel: {tp: 2, micro_batch: 1, global_batch: 64, sparsity: unstructured, density: 0.3}\n")
     assert run("estimate", case).exit_code == 0
+
+
+def test_explain_refuses_a_plan_edited_to_break_its_frameworks_rules(tmp_path):
+    """An ALiBi model written into a Megatron-DeepSpeed plan.json was rendered as if planned (only the
+    structural rules were checked)."""
+    out = tmp_path / "job"
+    assert run("plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+               "--quiet", "--out", out).exit_code == 0
+    data = json.loads((out / "plan.json").read_text())
+    data["inputs"]["model"]["position"] = "alibi"
+    edited = tmp_path / "p.json"
+    edited.write_text(json.dumps(data))
+    one_error(run("explain", edited), "breaks the megatron-deepspeed rule 'mds-position-embeddings'")
+    assert run("explain", out / "plan.json").exit_code == 0
