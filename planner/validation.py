@@ -247,9 +247,13 @@ def records_from_vtrain(path: Path, source: str = "vtrain") -> list[Record]:
     if len(rows) < 2 or not rows[0]:
         raise SpecError(f"validation data {path.name} holds no rows under its header; restore the file")
     multi = rows[0][0].startswith("Parameters")
+    columns = 12 if multi else 11
     for i, row in enumerate(rows[1:]):
         if not row:
             continue
+        if len(row) != columns:
+            raise SpecError(f"validation data {path.name}, row {i + 1} ({source}-{i:04d}): {len(row)} columns where the header has "
+                            f"{columns}; restore the file")
         gpus, gbs, mbs, h, a, layers, s, tp, dp, pp, ms = row[1:] if multi else row
         tp_i = int(tp)
         model = {"name": f"vtrain-h{h}-l{layers}", "num_layers": int(layers), "hidden_size": int(h),
@@ -450,7 +454,15 @@ class Result:
 
 
 def cases(records: list[Record]) -> list:
-    return [case_from_dict(rec.case) for rec in records]
+    """The records' cases; a record whose case is invalid is named (a vTrain row with tp x dp x pp
+    above its GPUs said so without saying which row)."""
+    out = []
+    for rec in records:
+        try:
+            out.append(case_from_dict(rec.case))
+        except SpecError as exc:
+            raise SpecError(f"validation run {rec.id}: {exc}") from None
+    return out
 
 
 def evaluate(records: list[Record], overrides=None, prepared=None) -> list[Result]:

@@ -309,3 +309,23 @@ def test_explain_refuses_a_plan_edited_to_break_its_frameworks_rules(tmp_path):
     edited.write_text(json.dumps(data))
     one_error(run("explain", edited), "breaks the megatron-deepspeed rule 'mds-position-embeddings'")
     assert run("explain", out / "plan.json").exit_code == 0
+
+
+def test_a_malformed_vtrain_row_is_named(tmp_path, validation_dir):
+    """A short row said 'ValueError: not enough values to unpack', a row with tp x dp x pp above its GPUs
+    did not say which row."""
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(validation_dir, data)
+    csv = data / "vtrain" / "ground_truth_single.csv"
+    lines = csv.read_text().splitlines()
+    short = list(lines)
+    short[5] = ",".join(short[5].split(",")[:-1])
+    csv.write_text("\n".join(short) + "\n")
+    one_error(run("validate", "--data", data), "ground_truth_single.csv, row 5 (vtrain-0004): 10 columns where the header has 11")
+    wide = list(lines)
+    cells = wide[5].split(",")
+    cells[7] = "3"                                     # tensor parallelism 3 on the row's GPUs
+    wide[5] = ",".join(cells)
+    csv.write_text("\n".join(wide) + "\n")
+    one_error(run("validate", "--data", data), "validation run vtrain-0004: parallel: tp*pp*dp*cp")
