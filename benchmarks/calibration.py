@@ -14,6 +14,8 @@ per-step overhead; those no calibration run responds to are kept).
 (c) With --loso-from (the JSON `benchmarks/validate.py --json` writes): (b) again, but each source
     starts from the constants refitted without it (its leave-one-source-out refit), which is what a
     team on a cluster the catalog was never fitted to starts from.
+(d) With --loso-from: whether planner/calibrate.py's priors weight one run as the LOSO residuals say
+    they should (`weighting_check`).
 (b) and (c) are printed twice: per source as the issue words it, then with each GPU type of a source
 on its own (a calibration describes one cluster; `planner calibrate` refuses runs of two GPUs).
 Two more columns say what more runs, or a perfect calibration, would give: '3 runs' calibrates on 3
@@ -165,9 +167,40 @@ def main(argv=None) -> int:
         report[label] = section(title, per_source(records, refits))
         report[label + "_by_gpu"] = section(title + ", each GPU type of the source on its own (one cluster)",
                                             per_source(records, refits, by_cluster=True), unit="clusters")
+    if args.loso_from:
+        w = weighting_check(json.loads(Path(args.loso_from).read_text())["loso_predictions"], records)
+        report["weighting"] = w
+        print(f"(d) calibrate.py's weighting against the LOSO residuals (per source and GPU, {w['clusters']} "
+              f"clusters): spread of the clusters' mean log errors {w['tau']:.3f}, scatter inside a cluster "
+              f"{w['sigma']:.3f} (median {w['sigma_median']:.3f}); one run moves the compute scale "
+              f"{w['weight_data']:.2f} of the gap by these, {w['weight_priors']:.2f} by calibrate.py's priors")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
+
+
+def weighting_check(loso_predictions: dict, records) -> dict:
+    """Empirical-Bayes check of planner/calibrate.py's weighting: tau, the spread of the mean log error
+    of the clusters (source x GPU) beyond what their own scatter explains, and sigma, the scatter of
+    runs around their cluster's mean (clusters weighted equally), from the leave-one-source-out
+    predictions; one run moves a log scale by tau^2 / (tau^2 + sigma^2) of its gap, against
+    prior^2 / (prior^2 + RUN_SIGMA^2) for the compute scale's prior in calibrate.py."""
+    from planner.calibrate import CONSTANTS, RUN_SIGMA
+    gpu = {r.id: r.case["cluster"]["gpu"] for r in records}
+    groups: dict = {}
+    for source, rows in loso_predictions.items():
+        for rid, pred, measured in rows:
+            groups.setdefault((source, gpu.get(rid, "?")), []).append(np.log(pred / measured))
+    multi = [np.array(v) for v in groups.values() if len(v) >= 2]
+    means = np.array([v.mean() for v in multi])
+    within = np.array([v.var(ddof=1) for v in multi])
+    sizes = np.array([len(v) for v in multi])
+    sigma2 = float(within.mean())
+    tau2 = max(float(np.var(means, ddof=1) - np.mean(within / sizes)), 0.0)
+    prior = next(c.sigma for c in CONSTANTS if c.name == "compute_scale")
+    return {"clusters": len(multi), "tau": tau2 ** 0.5, "sigma": sigma2 ** 0.5,
+            "sigma_median": float(np.median(within)) ** 0.5, "weight_data": tau2 / (tau2 + sigma2),
+            "weight_priors": prior ** 2 / (prior ** 2 + RUN_SIGMA ** 2)}
 
 
 def mean_within(groups: dict, key: str) -> tuple[float, int]:

@@ -442,3 +442,26 @@ def test_a_run_measured_without_the_per_step_overhead_is_predicted_without_it(va
     assert predict([plain], prior)[0] - predict([bare], prior)[0] == pytest.approx(
         case.framework.iteration_overhead_s, rel=1e-9)
     assert "iteration_overhead_s" not in fit([bare, bare]).refitted
+
+
+def test_the_weighting_check_recovers_a_known_spread():
+    """benchmarks/calibration.py (d): clusters whose mean log errors are +-0.2 and whose runs scatter by
+    +-0.1 around them give tau 0.2 (less the mean's own noise) and sigma about 0.1."""
+    import math as _m
+    from types import SimpleNamespace
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import calibration as bench
+    preds, records = {}, []
+    for k, bias in enumerate((0.2, -0.2, 0.2, -0.2)):
+        rows = []
+        for j, e in enumerate((-0.1, 0.1, -0.1, 0.1)):
+            rid = f"s{k}-{j}"
+            rows.append([rid, _m.exp(bias + e), 1.0])
+            records.append(SimpleNamespace(id=rid, case={"cluster": {"gpu": "A100-80GB"}}))
+        preds[f"s{k}"] = rows
+    w = bench.weighting_check(preds, records)
+    sigma2 = 0.1 ** 2 * 4 / 3                        # sample variance of (-0.1, 0.1, -0.1, 0.1)
+    assert w["clusters"] == 4 and w["sigma"] == pytest.approx(sigma2 ** 0.5)
+    assert w["tau"] == pytest.approx((0.2 ** 2 * 4 / 3 - sigma2 / 4) ** 0.5)
+    assert w["weight_data"] == pytest.approx(w["tau"] ** 2 / (w["tau"] ** 2 + sigma2))
+    assert 0.7 < w["weight_priors"] < 0.8
