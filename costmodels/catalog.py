@@ -571,8 +571,6 @@ _HF_ACTIVATIONS = _HF_GATED_ACTIVATIONS | frozenset({
     "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate", "gelu_10", "quick_gelu",
     "relu", "relu2", "relu6", "squared_relu", "leaky_relu", "tanh", "sigmoid", "mish", "linear", "xielu",
     "laplace", "prelu"})
-# Gemma's MLP is gated (GeGLU) although its config names the plain function (gelu_pytorch_tanh)
-_HF_GATED_TYPES = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 _HF_NOT_DECODER = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian", "bert", "roberta",
                              "deberta", "deberta-v2", "electra", "albert", "distilbert", "xlm-roberta", "whisper",
                              "longt5", "switch_transformers", "encoder-decoder", "vision-encoder-decoder",
@@ -583,18 +581,25 @@ _HF_NOT_DECODER = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "m
 # key-value heads), by model_type; a config.json that names only its class is read by that class. Other
 # families are refused: read generically, BLOOM (ALiBi) was planned as a RoPE model and StarCoder /
 # Falcon (multi-query attention: one key-value head) with as many key-value heads as query heads.
-_HF_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt_neox", "gpt2",
-                       "nemotron", "phi3", "olmo", "olmo2", "granite"})
-_HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-                     "Qwen3ForCausalLM": "qwen3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
-                     "Gemma3ForCausalLM": "gemma3_text", "GPTNeoXForCausalLM": "gpt_neox",
-                     "GPT2LMHeadModel": "gpt2", "NemotronForCausalLM": "nemotron", "Phi3ForCausalLM": "phi3",
-                     "OlmoForCausalLM": "olmo", "Olmo2ForCausalLM": "olmo2", "GraniteForCausalLM": "granite"}
-# Families with RMSNorm (the rest, GPT-2, GPT-NeoX, OLMo 1, Nemotron, use a LayerNorm).
-_HF_RMSNORM_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
-                               "olmo2", "granite"})
-# Families whose config.json ties the embeddings unless it says otherwise (transformers' defaults).
-_HF_TIED_BY_DEFAULT = frozenset({"gpt2", "gemma", "gemma2", "gemma3_text"})
+_HF_FAMILIES = {   # model_type: (its class in architectures, RMSNorm, tied embeddings unless told, gated by family)
+    "llama": ("LlamaForCausalLM", True, False, False),
+    "mistral": ("MistralForCausalLM", True, False, False),
+    "qwen2": ("Qwen2ForCausalLM", True, False, False),
+    "qwen3": ("Qwen3ForCausalLM", True, False, False),
+    # Gemma's MLP is gated (GeGLU) although its config names the plain function (gelu_pytorch_tanh)
+    "gemma": ("GemmaForCausalLM", True, True, True),
+    "gemma2": ("Gemma2ForCausalLM", True, True, True),
+    "gemma3_text": ("Gemma3ForCausalLM", True, True, True),
+    "gpt_neox": ("GPTNeoXForCausalLM", False, False, False),
+    "gpt2": ("GPT2LMHeadModel", False, True, False),
+    "nemotron": ("NemotronForCausalLM", False, False, False),
+    "phi3": ("Phi3ForCausalLM", True, False, False),
+    "olmo": ("OlmoForCausalLM", False, False, False),
+    "olmo2": ("Olmo2ForCausalLM", True, False, False),
+    "granite": ("GraniteForCausalLM", True, False, False),
+}
+_HF_TYPES = frozenset(_HF_FAMILIES)
+_HF_ARCHITECTURES = {cls: mt for mt, (cls, *_) in _HF_FAMILIES.items()}
 
 
 def hf_model_type(d: dict) -> str:
@@ -743,12 +748,13 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
         if value is None:
             raise SpecError(f"{what}: missing '{key}'")
     act = str(get("hidden_act", "activation_function", default="gelu")).lower()
-    gated = (act in _HF_GATED_ACTIVATIONS or mt in _HF_GATED_TYPES) and mt != "gpt_neox"
+    _, rmsnorm, tied_default, gated_family = _HF_FAMILIES[mt]
+    gated = (act in _HF_GATED_ACTIVATIONS or gated_family) and mt != "gpt_neox"
     ffn = get("intermediate_size", "n_inner", default=None) or 4 * hidden
     gpt2 = mt == "gpt2"
-    norm = "rmsnorm" if ("rms_norm_eps" in d or mt in _HF_RMSNORM_TYPES) else "layernorm"
+    norm = "rmsnorm" if ("rms_norm_eps" in d or rmsnorm) else "layernorm"
     position = "learned" if gpt2 else "rope"
-    tied = bool(get("tie_word_embeddings", default=mt in _HF_TIED_BY_DEFAULT))
+    tied = bool(get("tie_word_embeddings", default=tied_default))
     bias = gpt2 or mt == "gpt_neox" or bool(get("attention_bias", default=False))
     dropout = float(get("resid_pdrop", "hidden_dropout", default=0.0) or 0.0)
     attn_dropout = float(get("attn_pdrop", "attention_dropout", default=0.0) or 0.0)
