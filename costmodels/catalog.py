@@ -383,12 +383,15 @@ def gpu_from_dict(d: dict) -> GPU:
                                  integer=True)),
         gemm_tile_intensity=parse_number(_require(d, "gemm_tile_intensity", what),
                                          what=f"{what} gemm_tile_intensity", low=0.0, low_open=True, high=1e6),
+        flash_attention_2_peak_flop_per_s=(
+            parse_quantity(d["flash_attention_2_peak"], what=f"{what} flash_attention_2_peak", dim="FLOP/s",
+                           maximum=1e18) if d.get("flash_attention_2_peak") is not None else 0.0),
         source=str(d.get("source", "")),
     )
 
 
 _GPU_KEYS = {"name", "aliases", "source", "description", "hbm", "hbm_bandwidth", "peak", "sparse_2to4", "system",
-             "num_sms", "gemm_tile_intensity", "fitted"}
+             "num_sms", "gemm_tile_intensity", "flash_attention_2_peak", "fitted"}
 _GPU_PEAK_KEYS = {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8"}
 _GPU_FITTED_KEYS = {"gemm_efficiency", "attention_efficiency", "hbm_efficiency", "kernel_overhead", "fp8_gemm_speedup",
                     "sparse_gemm_speedup"}
@@ -783,6 +786,9 @@ def framework_from_dict(d: dict) -> Framework:
     unknown = sorted(str(k) for k in d if k not in FRAMEWORK_KEYS)
     if unknown:
         raise SpecError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(FRAMEWORK_KEYS))}")
+    if d.get("attention_kernel", "flash-attention-2") not in ATTENTION_KERNELS:
+        raise SpecError(f"{what}: attention_kernel must be {' or '.join(ATTENTION_KERNELS)}, "
+                        f"got {d.get('attention_kernel')!r}")
     if d.get("context_parallel", "ring") not in ("ring", "ulysses"):
         raise SpecError(f"{what}: context_parallel must be ring or ulysses, got {d.get('context_parallel')!r}")
     shards = d.get("zero0_shards_optimizer", []) or []
@@ -805,6 +811,7 @@ def framework_from_dict(d: dict) -> Framework:
             dp_overlap_zero0=n("dp_overlap_zero0"),
             attention_speedup=n("attention_speedup"),
             context_parallel=str(d.get("context_parallel", "ring")),
+            attention_kernel=str(d.get("attention_kernel", "flash-attention-2")),
             offload_overlap=n("offload_overlap", 0.5),
             dp_overlap_pipelined=n("dp_overlap_pipelined"),
             tp_overlap=n("tp_overlap"),
@@ -870,9 +877,12 @@ FRAMEWORK_QUANTITIES = {"iteration_overhead": ("s", 10.0), "host_overhead": ("s"
                         "microbatch_overhead": ("s", 1.0), "cuda_context": ("bytes", 2.0**40),
                         "comm_buffers": ("bytes", 2.0**40)}
 PRECISION_NAMES = ("fp32", "fp16", "bf16", "fp8")
+# What a framework's flash attention runs on (Framework.attention_kernel).
+ATTENTION_KERNELS = ("flash-attention-2", "native")
 FRAMEWORK_KEYS = frozenset({
     "name", "source", "aliases", "dp_overlap", "dp_overlap_zero0", "dp_overlap_pipelined", "tp_overlap",
-    "pp_scatter_gather", "pp_overlap", "attention_speedup", "attention_head_dims", "context_parallel",
+    "pp_scatter_gather", "pp_overlap", "attention_speedup", "attention_kernel", "attention_head_dims",
+    "context_parallel",
     "offload_overlap", "zero3_gather_efficiency", "zero3_overlap", "param_gather_overlap", "zero3_live_layers",
     "zero3_recompute_gathers", "zero3_gathers_per_layer", "zero3_reduce_bucket_params",
     "zero3_reduce_tensors_per_layer", "zero3_rank_loop", "zero3_live_params", "grad_buffer_follows_comm",

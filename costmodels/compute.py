@@ -64,10 +64,19 @@ def gemm_rate(cluster: ClusterSpec, precision):
     return (table * g.gemm_efficiency)[asv(precision)]
 
 
-def attention_rate(cluster: ClusterSpec, precision):
-    """Fused attention runs in 16-bit (TF32 in fp32 training) even when GEMMs use fp8."""
+def attention_rate(cluster: ClusterSpec, precision, kernel: str = "flash-attention-2"):
+    """Fused attention runs in 16-bit (TF32 in fp32 training) even when GEMMs use fp8.
+    FlashAttention-2 is built on Ampere's warp-level mma.sync instructions, which leave Hopper at about
+    35% of its peak (Shah et al. 2024, arXiv:2407.08608, abstract: it does not use Hopper's new
+    instructions) and do not reach Blackwell's either: on a B200 it measures 350-360 TFLOP/s forward at
+    head dim 128 (meta-pytorch/tritonbench PR #171) and 330-346 TFLOP/s forward + backward at head dim 64
+    (Dao-AILab/flash-attention issue #1589), what it reaches on an H100. So its 16-bit rate is
+    capped at `flash_attention_2_peak_flop_per_s` where the GPU file sets one; `native` kernels (cuDNN,
+    triton) are built for the GPU's own tensor cores and see its peak."""
     g = cluster.gpu
     half = g.peak_flop_per_s.get("bf16") or g.peak_flop_per_s.get("fp16", 0.0)
+    if kernel == "flash-attention-2" and g.flash_attention_2_peak_flop_per_s > 0.0:
+        half = min(half, g.flash_attention_2_peak_flop_per_s)
     fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
     return where(asv(precision) == FP32, fp32, half) * g.attention_efficiency
 
@@ -248,7 +257,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # Non-flash attention runs as batched GEMMs at GEMM efficiency; flash at its own.
     # (fp32 training runs them at the fp16 rate where the GPU has one, else at its fp32 rate.)
     batched = gemm_rate(cluster, where(asv(precision) == FP32, FP16, precision))
-    attn_rate = where(flash, attention_rate(cluster, precision) * fw.attention_speedup
+    attn_rate = where(flash, attention_rate(cluster, precision, fw.attention_kernel) * fw.attention_speedup
                       * attention_head_dim_share(m, fw),
                       where(batched > 0, batched, gemm_rate(cluster, precision)))
     n_fwd, n_bwd = _kernel_counts(m, flash)

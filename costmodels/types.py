@@ -212,6 +212,10 @@ class GPU:
     sparse_gemm_speedup: float = 1.0           # achieved 2:4-sparse/dense GEMM speed ratio
     num_sms: int = 108                         # streaming multiprocessors (data sheet): GEMM wave quantisation
     gemm_tile_intensity: float = 16.0          # tensor FLOP/clk/SM over shared-memory B/clk/SM (costmodels/gemm.py)
+    # The 16-bit peak FlashAttention-2's kernels can use: they are built on Ampere's warp-level mma.sync
+    # instructions, which Blackwell runs at about Hopper's rate, not at its own tensor-core peak.
+    # 0: the GPU's own peak (Ampere, Hopper).
+    flash_attention_2_peak_flop_per_s: float = 0.0
     source: str = ""
 
     def supports(self, precision: "Precision") -> bool:
@@ -329,6 +333,10 @@ class Framework:
     zero3_reduce_tensors_per_layer: float = 0.0   # reduce-scatter calls per layer (one per tensor); 0: buckets
     grad_accumulation_bytes: float = 0.0      # bytes per parameter per micro-batch of gradient accumulation
                                               # outside the weight-gradient GEMM (0: fused into it)
+    # "flash-attention-2": FlashAttention-2's sm80 kernels (capped on Blackwell by
+    # GPU.flash_attention_2_peak_flop_per_s); "native": kernels built for each GPU's own tensor cores
+    # (cuDNN fused attention, triton), at the GPU's peak.
+    attention_kernel: str = "flash-attention-2"
     attention_head_dims: tuple[int, ...] = ()  # head dims the flash kernel is built for (smallest >= d runs);
                                               # empty: any head dim runs unpadded
     source: str = ""

@@ -304,7 +304,7 @@ def triton_attention_framework(name: str) -> dict:
     same kernel): one constant shared, not a new one."""
     profile = catalog.framework_dict(name)
     kernel = catalog.framework_dict("llm-foundry")
-    profile.update(attention_speedup=kernel["attention_speedup"],
+    profile.update(attention_speedup=kernel["attention_speedup"], attention_kernel=kernel["attention_kernel"],
                    attention_head_dims=kernel["attention_head_dims"])
     return profile
 
