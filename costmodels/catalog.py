@@ -322,8 +322,20 @@ def _lookup(kind: str, ref) -> dict:
     if kind == "model" and Path(ref).is_dir() and (Path(ref) / "config.json").is_file():
         return read_yaml_file(str(Path(ref) / "config.json"), kind)     # a Hugging Face checkpoint folder
     if _looks_like_path(ref) or Path(ref).exists():
-        return read_yaml_file(ref, kind)
+        return _not_a_preset_name(kind, read_yaml_file(ref, kind), ref)
     raise UnknownPresetError(kind, ref, list(index))
+
+
+def _not_a_preset_name(kind: str, data, ref) -> dict:
+    """A GPU or framework file of one's own must not take a catalog name or alias: plan.json, explain,
+    the drift check and a calibration's scope name a GPU or framework by it, and would take the
+    catalog's (a B200 file named H100-SXM was re-estimated as an H100)."""
+    if kind in ("gpu", "framework") and isinstance(data, dict) and isinstance(data.get("name"), str):
+        preset = canonical_name(kind, data["name"])
+        if preset is not None:
+            raise SpecError(f"{kind} file '{ref}': its name {data['name']!r} is the catalog's {preset}; plans and "
+                            f"calibrations name a {kind} by it, so give your file a name of its own")
+    return data
 
 
 def _require(data: dict, key: str, what: str):
@@ -383,9 +395,7 @@ def gpu_from_dict(d: dict) -> GPU:
                                  integer=True)),
         gemm_tile_intensity=parse_number(_require(d, "gemm_tile_intensity", what),
                                          what=f"{what} gemm_tile_intensity", low=0.0, low_open=True, high=1e6),
-        flash_attention_2_peak_flop_per_s=(
-            parse_quantity(d["flash_attention_2_peak"], what=f"{what} flash_attention_2_peak", dim="FLOP/s",
-                           maximum=1e18) if d.get("flash_attention_2_peak") is not None else 0.0),
+        flash_attention_2_peak_flop_per_s=_flash_attention_2_peak(d, what),
         source=str(d.get("source", "")),
     )
 
@@ -398,6 +408,40 @@ _GPU_FITTED_KEYS = {"gemm_efficiency", "attention_efficiency", "hbm_efficiency",
 # Upper limits of a GPU file's quantities: far above any GPU, below what overflows the arithmetic.
 GPU_MAXIMA = {"hbm": 2.0**50, "hbm_bandwidth": 1e15, "nvlink_bandwidth": 1e14, "network_bandwidth": 1e14,
               "pcie_bandwidth": 1e13, "kernel_overhead": 1e-3}
+
+
+def gpu_to_dict(gpu: GPU, cluster: ClusterSpec | None = None) -> dict:
+    """`gpu` as a GPU file's mapping (what gpu_from_dict reads back to the same GPU), with the link
+    efficiencies and latencies of `cluster` in its `system` section: how plan.json keeps a GPU that is
+    not the catalog's, so the plan can be explained and estimated again without its file."""
+    d = {"name": gpu.name, "hbm": f"{gpu.hbm_bytes!r} B", "hbm_bandwidth": f"{gpu.hbm_bytes_per_s!r} B/s",
+         "peak": {k: f"{v!r} FLOP/s" for k, v in gpu.peak_flop_per_s.items()}, "sparse_2to4": gpu.sparse_2to4,
+         "num_sms": gpu.num_sms, "gemm_tile_intensity": gpu.gemm_tile_intensity,
+         "fitted": {"gemm_efficiency": gpu.gemm_efficiency, "attention_efficiency": gpu.attention_efficiency,
+                    "hbm_efficiency": gpu.hbm_efficiency, "kernel_overhead": f"{gpu.kernel_overhead_s!r} s",
+                    "fp8_gemm_speedup": gpu.fp8_gemm_speedup, "sparse_gemm_speedup": gpu.sparse_gemm_speedup}}
+    if gpu.flash_attention_2_peak_flop_per_s > 0:
+        d["flash_attention_2_peak"] = f"{gpu.flash_attention_2_peak_flop_per_s!r} FLOP/s"
+    if cluster is not None:
+        d["system"] = {"nvlink_efficiency": cluster.nvlink_efficiency,
+                       "network_efficiency": cluster.network_efficiency,
+                       "nvlink_latency": f"{cluster.nvlink_latency_s!r} s",
+                       "collective_latency": f"{cluster.collective_latency_s!r} s",
+                       "network_latency": f"{cluster.network_latency_s!r} s",
+                       "cpu_adam_params_per_s": cluster.cpu_adam_params_per_s}
+    return d
+
+
+def _flash_attention_2_peak(d: dict, what: str) -> float:
+    """The 16-bit peak FlashAttention-2 sees on this GPU (compute.attention_rate); absent or 0: no cap."""
+    if d.get("flash_attention_2_peak") is None:
+        return 0.0
+    value = parse_quantity(d["flash_attention_2_peak"], what=f"{what} flash_attention_2_peak", dim="FLOP/s",
+                           maximum=1e18)
+    if 0 < value < 1e11:           # as for the peaks: 100 GFLOP/s is below any GPU of this century
+        raise SpecError(f"{what}: flash_attention_2_peak {d['flash_attention_2_peak']!r} is below 100 GFLOP/s, "
+                        "no GPU's; write it with its unit (e.g. 989.4 TFLOP/s) or leave it out (no cap)")
+    return value
 
 
 def _at_least(value: float, low: float, what: str, shown: str) -> float:
@@ -510,7 +554,7 @@ def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = N
         raw = _lookup("gpu", ref) if isinstance(ref, str) and not _looks_like_path(ref) else None
         d = raw if raw is not None else read_yaml_file(ref, "cluster")
         if "gpu" not in d and "peak" in d:          # a GPU file given where a cluster is expected
-            d = {"gpu": d}
+            d = {"gpu": _not_a_preset_name("gpu", d, ref)}
     if num_gpus is not None:
         d["num_gpus"] = num_gpus
     if gpus_per_node is not None:

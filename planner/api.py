@@ -189,9 +189,13 @@ def token_budget(value) -> float:
     if value is None:
         return 0.0
     try:
-        return parse_number(value, what="tokens (training budget)", low=0.0, high=1e18)
+        tokens = parse_number(value, what="tokens (training budget)", low=0.0, high=1e18)
     except SpecError as exc:
         raise SpecError(f"{exc}; leave it out for no budget") from None
+    if 0 < tokens < 1:          # 1e-300 tokens was planned as 0 us and --train-iters 1
+        raise SpecError(f"tokens (training budget) is {value!r}, less than one token; give a token count "
+                        "(e.g. 300e9) or leave it out for no budget")
+    return tokens
 
 
 def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=None,

@@ -188,15 +188,16 @@ def current_constants(case) -> dict:
 
 # megatron/training.py training_log (6acc370a, lines 1146-1184)
 # a number as training_log ('%.1f', '%.3f') and report_memory (str(float)) print it: bounded, so finite
-_NUM = r"(\d{1,15}(?:\.\d{1,20})?(?:[eE][+-]?\d{1,2})?)"
+# ASCII digits only ([0-9]: Python's \d also takes other scripts' digits, '２５０.0' read as 250)
+_NUM = r"([0-9]{1,15}(?:\.[0-9]{1,20})?(?:[eE][+-]?[0-9]{1,2})?)"
 # An iteration line is read in two linear searches (its head, then the elapsed time after it): one
 # pattern spanning both ('iteration N/M |.*?elapsed ...') rescans the line from every 'iteration' in it.
-_ITER = re.compile(r"iteration\s+(\d{1,15})/\s*(\d{1,15}) \|")
+_ITER = re.compile(r"iteration\s+([0-9]{1,15})/\s*([0-9]{1,15}) \|")
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\): (\S{1,40}) \|")
 _NUM_ONLY = re.compile(_NUM)
 MAX_LINE_CHARS = 1 << 16       # Megatron's lines are a few hundred characters; a longer one is not its
-_FIELD = {"global_batch": re.compile(r"global batch size:\s+(\d{1,15}) \|"),
-          "seq_len": re.compile(r"actual seqlen:\s+(\d{1,15}) \|"),
+_FIELD = {"global_batch": re.compile(r"global batch size:\s+([0-9]{1,15}) \|"),
+          "seq_len": re.compile(r"actual seqlen:\s+([0-9]{1,15}) \|"),
           "samples_per_s": re.compile(r"samples per second: " + _NUM + r" \|"),
           "tflops": re.compile(r"TFLOPs: " + _NUM + r" \|")}
 # megatron/utils.py report_memory (lines 108-122)
@@ -280,7 +281,8 @@ def parse_log(path) -> LogRun:
     last_of = lambda k: fields[k][-1] if fields.get(k) else None
     gb, sl = last_of("global_batch"), last_of("seq_len")
     return LogRun(str(path), tuple((it, ms) for it, _, ms in iters), total, statistics.median(steady) / 1e3,
-                  int(gb) if gb else None, int(sl) if sl else None, last_of("tflops"), last_of("samples_per_s"),
+                  int(gb) if gb is not None else None, int(sl) if sl is not None else None, last_of("tflops"),
+                  last_of("samples_per_s"),
                   memory, args)
 
 

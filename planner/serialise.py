@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict
 
 from costmodels import bands as B
+from costmodels import catalog
 from costmodels.params import total_params
 from costmodels.types import Estimate
 from costmodels.units import HOUR
@@ -89,6 +90,10 @@ def inputs_dict(result) -> dict:
                "pcie_bandwidth_bytes_per_s": c.pcie_bytes_per_s, "host_memory_bytes": c.host_memory_bytes,
                "nvme_bytes": c.nvme_bytes, "nvme_bandwidth_bytes_per_s": c.nvme_bytes_per_s,
                "price_per_gpu_hour": c.price_per_gpu_hour, "currency": result.currency}
+    if catalog.canonical_name("gpu", g.name) is None:
+        # a GPU file of one's own: plan.json keeps its spec (not its path), so explain, estimate and
+        # calibrate can read the plan back without the file
+        cluster["gpu_spec"] = catalog.gpu_to_dict(g, c)
     req = result.request
     request = {"num_gpus": req.num_gpus, "global_batch": req.global_batch,
                "global_batch_tokens": list(req.global_batch_tokens) if req.global_batch_tokens else None,

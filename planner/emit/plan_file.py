@@ -56,6 +56,8 @@ def _check_gpu_is_the_catalogs(c: dict) -> None:
     """plan.json names its GPU; read back, the name means the catalog's GPU. A plan made with a GPU
     mapping of its own under a catalog name (other memory) would be re-estimated on another GPU."""
     from costmodels import catalog
+    if isinstance(c.get("gpu_spec"), dict):
+        return                                      # the plan carries its GPU's spec
     hbm = c.get("hbm_bytes")
     try:
         gpu = catalog.load_gpu(c["gpu"])
@@ -108,6 +110,61 @@ def check_plan(data: dict, path) -> None:
                             "plan the planner writes does; the file was changed, re-run `planner plan --out`")
     if not isinstance(data.get("runner_ups", []), list):
         raise SpecError(f"plan file '{path}' is damaged: runner_ups must be a list")
+    _check_rendered_fields(data, case, path)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_rendered_fields(data: dict, case: dict, path) -> None:
+    """What explain renders beside the checked case, as the planner writes it (an edited file showed
+    'ZeRO-None', 'ZeRO--1', a learning rate 'x', a launcher 'x', a breakdown row of `true` seconds)."""
+    from ..specs import case_from_dict
+
+    def damaged(what: str):
+        raise SpecError(f"plan file '{path}' is damaged: {what}, which no plan the planner writes has; "
+                        "re-run `planner plan --out`")
+
+    for where, layout in [("layout", data["layout"])] + [
+            (f"runner_ups[{i}].layout", r.get("layout") if isinstance(r, dict) else None)
+            for i, r in enumerate(data.get("runner_ups") or [])]:
+        if not isinstance(layout, dict):
+            damaged(f"{where} is not a mapping")
+        nulls = sorted(k for k, v in layout.items() if v is None)
+        if nulls:
+            damaged(f"{where}.{nulls[0]} is null")
+        if where != "layout":
+            parallel = {k: v for k, v in layout.items() if k != "density"}
+            try:
+                case_from_dict({**case, "parallel": parallel})
+            except SpecError as exc:
+                damaged(f"{where}: {exc}")
+    breakdown = (data.get("estimate") or {}).get("time_breakdown_s", {})
+    if not isinstance(breakdown, dict) or not all(_is_number(v) and v >= 0 for v in breakdown.values()):
+        damaged("estimate.time_breakdown_s must map parts of the step to seconds")
+    schedule = data.get("schedule")
+    if schedule is not None:
+        if not isinstance(schedule, dict):
+            damaged("schedule is not a mapping")
+        for key in ("lr", "min_lr"):
+            try:
+                value = float(schedule.get(key, 0.0))
+            except (TypeError, ValueError):
+                damaged(f"schedule.{key} {schedule.get(key)!r} is not a number")
+            if not (math.isfinite(value) and 0.0 <= value <= 10.0):
+                damaged(f"schedule.{key} {schedule.get(key)!r} is not a learning rate")
+    from .megatron_ds_job import LAUNCHERS
+    if "launcher" in data and data["launcher"] not in LAUNCHERS:
+        damaged(f"launcher {str(data['launcher'])[:40]!r} is not one of {', '.join(LAUNCHERS)}")
+    args = data.get("megatron_args")
+    if "megatron_args" in data and not (isinstance(args, list) and args and all(isinstance(a, str) for a in args)):
+        damaged("megatron_args must be the list of pretrain_gpt.py's arguments")
+    if data.get("probe") is not None and not isinstance(data["probe"], dict):
+        damaged("probe must be a mapping")
+    ties = data.get("ties")
+    if isinstance(ties, dict) and not all(isinstance(v, str) for v in (ties.get("separate_by") or {}).values()):
+        damaged("ties.separate_by must map ranks to sentences")
     for key in ("defaults_used", "warnings"):
         if not isinstance(data.get(key, []), list):
             raise SpecError(f"plan file '{path}' is damaged: {key} must be a list; re-run `planner plan --out`")
@@ -165,7 +222,8 @@ def _case(data: dict) -> dict:
     inp = data["inputs"]
     model = {k: v for k, v in inp["model"].items() if k != "total_params"}
     c = inp["cluster"]
-    cluster = {"gpu": c["gpu"], "num_gpus": c["num_gpus"], "gpus_per_node": c["gpus_per_node"],
+    gpu = c["gpu_spec"] if isinstance(c.get("gpu_spec"), dict) else c["gpu"]   # a GPU file of one's own
+    cluster = {"gpu": gpu, "num_gpus": c["num_gpus"], "gpus_per_node": c["gpus_per_node"],
                "nvlink_domain": c["nvlink_domain"], "nvlink_bandwidth": _bytes_per_s(c["nvlink_bandwidth_bytes_per_s"]),
                "network_bandwidth": _bytes_per_s(c["network_bandwidth_bytes_per_s"]),
                "price_per_gpu_hour": c.get("price_per_gpu_hour", 0.0)}
