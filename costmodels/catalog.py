@@ -332,7 +332,7 @@ def _not_a_preset_name(kind: str, data, ref) -> dict:
     catalog's (a B200 file named H100-SXM was re-estimated as an H100)."""
     if kind in ("gpu", "framework") and isinstance(data, dict) and isinstance(data.get("name"), str):
         preset = canonical_name(kind, data["name"])
-        if preset is not None:
+        if preset is not None and data != _parsed(kind, preset):     # the catalog's own file is the preset
             raise SpecError(f"{kind} file '{ref}': its name {data['name']!r} is the catalog's {preset}; plans and "
                             f"calibrations name a {kind} by it, so give your file a name of its own")
     return data
@@ -374,7 +374,7 @@ def gpu_from_dict(d: dict) -> GPU:
                                            high=1.0, low_open=True)
     speedup = lambda k: parse_number(fitted.get(k, 1.0), what=f"{what} fitted.{k}", low=1.0, high=16.0)  # noqa: E731
     return GPU(
-        name=_name(_require(d, "name", what), "GPU name"),
+        name=_printable_name(_name(_require(d, "name", what), "GPU name"), "GPU name"),
         hbm_bytes=q(_require(d, "hbm", what), "hbm", "bytes"),
         hbm_bytes_per_s=_at_least(q(_require(d, "hbm_bandwidth", what), "hbm_bandwidth", "bytes/s"), 1e9,
                                   f"{what} hbm_bandwidth", "1 GB/s"),
@@ -423,13 +423,36 @@ def gpu_to_dict(gpu: GPU, cluster: ClusterSpec | None = None) -> dict:
     if gpu.flash_attention_2_peak_flop_per_s > 0:
         d["flash_attention_2_peak"] = f"{gpu.flash_attention_2_peak_flop_per_s!r} FLOP/s"
     if cluster is not None:
-        d["system"] = {"nvlink_efficiency": cluster.nvlink_efficiency,
-                       "network_efficiency": cluster.network_efficiency,
-                       "nvlink_latency": f"{cluster.nvlink_latency_s!r} s",
-                       "collective_latency": f"{cluster.collective_latency_s!r} s",
-                       "network_latency": f"{cluster.network_latency_s!r} s",
-                       "cpu_adam_params_per_s": cluster.cpu_adam_params_per_s}
+        d["system"] = {key: f"{getattr(cluster, field)!r} {unit}" if unit else getattr(cluster, field)
+                       for field, (key, unit) in LINK_CONSTANTS.items()}
     return d
+
+
+# A cluster's link constants, as cluster-file keys: field of ClusterSpec -> (key, unit)
+LINK_CONSTANTS = {"nvlink_efficiency": ("nvlink_efficiency", ""), "network_efficiency": ("network_efficiency", ""),
+                  "nvlink_latency_s": ("nvlink_latency", "s"), "collective_latency_s": ("collective_latency", "s"),
+                  "network_latency_s": ("network_latency", "s"), "cpu_adam_params_per_s": ("cpu_adam_params_per_s", "")}
+
+
+def link_overrides(cluster: ClusterSpec) -> dict:
+    """The link constants of `cluster` that differ from its catalog GPU's typical system, as cluster-file
+    keys (a cluster file that sets nvlink_latency: 9.9 us, say); {} for a GPU the catalog does not have."""
+    preset = canonical_name("gpu", cluster.gpu.name)
+    if preset is None:
+        return {}
+    typical = load_cluster(preset)
+    out = {}
+    for field, (key, unit) in LINK_CONSTANTS.items():
+        value = getattr(cluster, field)
+        if value != getattr(typical, field):
+            out[key] = f"{value!r} {unit}" if unit else value
+    return out
+
+
+def is_catalog_gpu(gpu: GPU) -> bool:
+    """Whether `gpu` is the catalog's GPU of its name, unchanged."""
+    preset = canonical_name("gpu", gpu.name)
+    return preset is not None and load_gpu(preset) == gpu
 
 
 def _flash_attention_2_peak(d: dict, what: str) -> float:
@@ -459,6 +482,15 @@ def _name(value, what: str) -> str:
         raise SpecError(f"{what} {text!r} contains a NUL character")
     if not text.strip() or len(text) > 200:
         raise SpecError(f"{what}: expected a non-empty name of at most 200 characters, got {text[:40]!r}")
+    return text
+
+
+def _printable_name(text: str, what: str) -> str:
+    """A name that plan.json and calib.yaml carry and compare: printable characters only (plan.json
+    is read back with non-printable ones as '?', so 'A\u200bB' would no longer match its calibration)."""
+    if not text.isprintable():
+        raise SpecError(f"{what} {text!r} has a non-printable character (a newline, tab or invisible one); "
+                        "use printable characters only")
     return text
 
 

@@ -108,7 +108,7 @@ def parse_quantity(value, *, what: str = "value", dim: str | None = None, positi
     return number * factor
 
 
-_PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]?\d+")
+_PLAIN_NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)[eE][+-]?[0-9]+")     # ASCII digits only
 
 
 def parse_number(value, *, what: str, low: float | None = None, high: float | None = None,

@@ -378,6 +378,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         from .calibrate import apply_cluster, as_constants, check_scope, framework_overrides
         consts = as_constants(calibration)
         check_scope(calibration, c.gpu.name, profile.cost_profile, profile.name)
+        base_cluster = c
         c = apply_cluster(c, consts)
         overrides = framework_overrides(consts)
         if overrides:
@@ -443,4 +444,5 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
                                     "give --tokens (e.g. 2T) or training.total_tokens in the case file"))
     if advice and objectives[0] != "memory":     # a plan chosen for memory headroom is slow by request
         warnings += advise(found)
-    return PlanResult.from_search(found, notes=notes, warnings=warnings, currency=currency)
+    return PlanResult.from_search(found, notes=notes, warnings=warnings, currency=currency,
+                                  base_cluster=base_cluster if calibration is not None else None)

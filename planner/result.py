@@ -79,12 +79,16 @@ class PlanResult(SearchResult):
     notes: tuple[str, ...] = ()          # defaults and roundings applied to the inputs
     warnings: tuple = ()                 # advice.PlanWarning: what limits the plan, the fix
     currency: str = ""                   # of cluster.price_per_gpu_hour, as the user gave it
+    # the cluster as given, before a calibration replaced its constants (None: not calibrated);
+    # plan.json records this one, so the calibration is applied once when the plan is read back
+    base_cluster: ClusterSpec | None = None
 
     @classmethod
-    def from_search(cls, found: SearchResult, notes=(), warnings=(), currency: str = "") -> "PlanResult":
+    def from_search(cls, found: SearchResult, notes=(), warnings=(), currency: str = "",
+                    base_cluster: ClusterSpec | None = None) -> "PlanResult":
         """The PlanResult of a search, with the notes on its inputs, the advice and the currency."""
         return cls(**{f.name: getattr(found, f.name) for f in fields(SearchResult)},
-                   notes=tuple(notes), warnings=tuple(warnings), currency=currency)
+                   notes=tuple(notes), warnings=tuple(warnings), currency=currency, base_cluster=base_cluster)
 
     @property
     def error_bands(self) -> dict:

@@ -90,10 +90,15 @@ def inputs_dict(result) -> dict:
                "pcie_bandwidth_bytes_per_s": c.pcie_bytes_per_s, "host_memory_bytes": c.host_memory_bytes,
                "nvme_bytes": c.nvme_bytes, "nvme_bandwidth_bytes_per_s": c.nvme_bytes_per_s,
                "price_per_gpu_hour": c.price_per_gpu_hour, "currency": result.currency}
-    if catalog.canonical_name("gpu", g.name) is None:
-        # a GPU file of one's own: plan.json keeps its spec (not its path), so explain, estimate and
-        # calibrate can read the plan back without the file
-        cluster["gpu_spec"] = catalog.gpu_to_dict(g, c)
+    # The cluster as given, before a calibration (applied again when the plan is read back with it).
+    # A GPU other than the catalog's of its name (a file of one's own, a mapping): plan.json keeps its
+    # spec (never a path), so explain, estimate and calibrate read the plan back without it; link
+    # constants a cluster file changed are kept beside the catalog GPU's name.
+    base = getattr(result, "base_cluster", None) or c
+    if not catalog.is_catalog_gpu(base.gpu):
+        cluster["gpu_spec"] = catalog.gpu_to_dict(base.gpu, base)
+    else:
+        cluster.update(catalog.link_overrides(base))
     req = result.request
     request = {"num_gpus": req.num_gpus, "global_batch": req.global_batch,
                "global_batch_tokens": list(req.global_batch_tokens) if req.global_batch_tokens else None,

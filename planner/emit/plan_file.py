@@ -227,6 +227,8 @@ def _case(data: dict) -> dict:
                "nvlink_domain": c["nvlink_domain"], "nvlink_bandwidth": _bytes_per_s(c["nvlink_bandwidth_bytes_per_s"]),
                "network_bandwidth": _bytes_per_s(c["network_bandwidth_bytes_per_s"]),
                "price_per_gpu_hour": c.get("price_per_gpu_hour", 0.0)}
+    from costmodels.catalog import LINK_CONSTANTS
+    cluster.update({key: c[key] for key, _ in LINK_CONSTANTS.values() if key in c})   # a cluster file's own
     # the node's host side (offload needs it); plan.json files written before it was recorded lack it
     for key, unit in (("pcie_bandwidth", "B/s"), ("host_memory", "B"), ("nvme", "B"), ("nvme_bandwidth", "B/s")):
         value = c.get(f"{key}_bytes_per_s" if unit == "B/s" else f"{key}_bytes")

@@ -154,3 +154,90 @@ def test_explain_refuses_edited_fields_it_renders(probe_plan, tmp_path, where, k
     (tmp_path / "plan.json").write_text(json.dumps(data))
     for extra in ([], ["--json"]):
         one_error(run("explain", tmp_path, *extra), fragment)
+
+
+# ---- a review of the fixes above (2026-11-24) ------------------------------------------------------
+
+def _estimate_json(*argv):
+    r = run("estimate", *argv, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_a_calibrated_plan_on_a_gpu_file_records_the_gpu_as_given(tmp_path):
+    """plan.json kept the GPU with the calibration already applied, so `estimate plan.json
+    --calibration` applied it twice (+40%) and a new calibration started from scaled constants."""
+    gpu = gpu_file(tmp_path, name="MyH100x")
+    first = tmp_path / "first"
+    assert run("plan", "--model", "gpt-1.7b", "--cluster", gpu, "--gpus", "16", "--global-batch", "64",
+               "--probe", "1", "--out", first, "-q").exit_code == 0
+    plan = json.loads((first / "plan.json").read_text())
+    layout = plan["layout"]
+    (first / "probe" / "1.log").write_text(mds_log(1.5e3 * plan["estimate"]["step_time_s"],
+                                                   gbs=layout["global_batch"], seq=layout["seq_len"]))
+    calib = tmp_path / "calib.yaml"
+    assert run("calibrate", first / "probe" / "1.log", "--out", calib).exit_code == 0
+    job = tmp_path / "job"
+    assert run("plan", "--model", "gpt-1.7b", "--cluster", gpu, "--gpus", "16", "--global-batch", "64",
+               "--calibration", calib, "--out", job, "-q").exit_code == 0
+    data = json.loads((job / "plan.json").read_text())
+    stored = json.loads((first / "plan.json").read_text())["inputs"]["cluster"]["gpu_spec"]
+    assert data["inputs"]["cluster"]["gpu_spec"] == stored            # the file's constants, not scaled
+    again = _estimate_json(job / "plan.json", "--calibration", calib)
+    assert again["step_time_s"] == pytest.approx(data["estimate"]["step_time_s"])
+
+
+def test_a_gpu_mapping_under_a_catalog_name_is_kept_in_the_plan(tmp_path):
+    """A GPU mapping (Python API, or inline in a cluster file) under the name H100-SXM with other peaks
+    was written as just 'H100-SXM' and re-estimated on the catalog's H100 (-46%)."""
+    import yaml
+
+    import planner
+    mapping = yaml.safe_load((ROOT / "costmodels" / "catalog" / "gpus" / "h100-sxm.yaml").read_text())
+    mapping["peak"] = {**mapping["peak"], "bf16": "500 TFLOP/s", "fp16": "500 TFLOP/s"}
+    out = planner.plan("llama2-7b", {"gpu": mapping, "num_gpus": 8}, global_batch=64).write(tmp_path / "job")
+    data = json.loads((Path(out) / "plan.json").read_text())
+    assert data["inputs"]["cluster"]["gpu_spec"]["peak"]["bf16"] == "500000000000000.0 FLOP/s"
+    assert _estimate_json(Path(out) / "plan.json")["step_time_s"] == pytest.approx(data["estimate"]["step_time_s"])
+
+
+def test_a_cluster_files_link_constants_are_kept_in_the_plan(tmp_path):
+    """A cluster file's nvlink / network latencies and efficiencies were not in plan.json: the plan
+    was re-estimated 20% faster with the catalog's, and explain blamed an edit or a refit."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("gpu: H100-SXM\nnum_gpus: 32\nnvlink_latency: 9.9 us\ncollective_latency: 88 us\n"
+                       "network_latency: 31 us\nnvlink_efficiency: 0.55\nnetwork_efficiency: 0.41\n")
+    job = tmp_path / "job"
+    assert run("plan", "--model", "llama2-13b", "--cluster", cluster, "--global-batch", "256", "--out", job,
+               "-q").exit_code == 0
+    data = json.loads((job / "plan.json").read_text())
+    assert data["inputs"]["cluster"]["network_efficiency"] == 0.41 and "gpu_spec" not in data["inputs"]["cluster"]
+    assert _estimate_json(job / "plan.json")["step_time_s"] == pytest.approx(data["estimate"]["step_time_s"])
+    r = run("explain", job)
+    assert r.exit_code == 0 and "today's model gives" not in r.output, r.output
+
+
+def test_the_catalogs_own_files_given_by_path_are_the_presets(tmp_path):
+    """Refusing a file named as a preset also refused the catalog's own file given by its path."""
+    gpu = ROOT / "costmodels" / "catalog" / "gpus" / "h100-sxm.yaml"
+    assert run("plan", "--model", "gpt-1.7b", "--cluster", gpu, "--gpus", "8", "--global-batch", "64",
+               "--out", tmp_path / "job", "-q").exit_code == 0
+    fw = ROOT / "costmodels" / "catalog" / "frameworks" / "megatron-core.yaml"
+    (tmp_path / "case.yaml").write_text(f"model: llama2-7b\ncluster: {{gpu: H100-SXM, num_gpus: 8}}\n"
+                                        f"training: {{framework: {fw}}}\nparallel: {{tp: 1, pp: 1}}\n")
+    assert run("estimate", tmp_path / "case.yaml").exit_code == 0
+
+
+def test_a_gpu_name_with_an_invisible_character_is_refused(tmp_path):
+    """plan.json is read back with non-printable characters as '?', so a calibration made from such a
+    plan's logs never matched the GPU file again."""
+    gpu = gpu_file(tmp_path, name='"Edge zw\\u200bspace"')
+    one_error(run("plan", "--model", "gpt-1.7b", "--cluster", gpu, "--gpus", "8", "--global-batch", "64",
+                  "--out", tmp_path / "job"), "has a non-printable character")
+
+
+def test_a_plain_number_in_other_digits_is_refused(tmp_path):
+    """price_per_gpu_hour: ２e０ was read as 2.0."""
+    (tmp_path / "cluster.yaml").write_text("gpu: H100-SXM\nnum_gpus: 8\nprice_per_gpu_hour: '２e０'\n")
+    one_error(run("plan", "--model", "gpt-1.7b", "--cluster", tmp_path / "cluster.yaml", "--global-batch", "64",
+                  "--out", tmp_path / "job"), "price_per_gpu_hour")
