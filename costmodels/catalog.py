@@ -540,6 +540,13 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
     num_gpus, gpn = int(num_gpus), int(gpn)                  # numpy ints too
     domain = parse_number(system.get("nvlink_domain", gpn), what="cluster nvlink_domain", low=1,
                           high=1_000_000, integer=True)
+    typical = gpu_raw.get("system", {}) or {}
+    if ("nvlink_domain" not in d or d.get("nvlink_domain") is None) \
+            and typical.get("nvlink_domain") == typical.get("gpus_per_node") and gpn < domain:
+        # NVLink inside a node (DGX / HGX): nodes of fewer GPUs have a smaller domain (64 H100 as 16 nodes
+        # of 4 kept the 8-GPU domain: tp 8 across two nodes was priced at NVLink speed). A rack-scale
+        # domain (GB200 NVL72: 72 over nodes of 4) spans nodes and is kept.
+        domain = gpn
     bw = lambda k, default, positive=True: _bandwidth(parse_quantity(system.get(k, default),  # noqa: E731
                                                                      what=f"cluster {k}", dim="bytes/s",
                                                                      positive=positive), k)
@@ -823,13 +830,20 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
     heads = get(*_HF_HEADS)
     layers = get("num_hidden_layers", "n_layer", "num_layers")
     what = f"config.json ({mt or 'unknown model_type'})"
-    for key, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("num_hidden_layers", layers)):
+    for key, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("num_hidden_layers", layers),
+                       ("vocab_size", get("vocab_size"))):
         if value is None:
             raise SpecError(f"{what}: missing '{key}'")
     act = str(get("hidden_act", "activation_function", default="gelu")).lower()
     _, rmsnorm, tied_default, gated_family = _HF_FAMILIES[mt]
     gated = (act in _HF_GATED_ACTIVATIONS or gated_family) and mt != "gpt_neox"
-    ffn = get("intermediate_size", "n_inner", default=None) or 4 * hidden
+    ffn = get("intermediate_size", "n_inner", default=None)
+    if ffn is None and mt != "gpt2":
+        # Hugging Face's default is the class's (LlamaConfig 11008), not 4 x hidden; GPT-2's n_inner null
+        # is documented as 4 x n_embd
+        raise SpecError(f"{what}: missing 'intermediate_size' (the FFN width); add it from the model's "
+                        "config (Hugging Face's default depends on the model class, so it is not assumed)")
+    ffn = ffn or 4 * hidden
     gpt2 = mt == "gpt2"
     norm = "rmsnorm" if ("rms_norm_eps" in d or rmsnorm) else "layernorm"
     position = "learned" if gpt2 else "rope"

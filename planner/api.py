@@ -325,9 +325,13 @@ def parse_price(value) -> tuple[float, str]:
             raise SpecError(f"--price-per-gpu-hour takes an amount with an optional currency (2.5, '2.5 USD'), "
                             f"got {value!r}")
         amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
-        if not currency.isprintable() or len(currency) > 12:
-            raise SpecError(f"--price-per-gpu-hour: the currency must be a short printable name such as USD or "
-                            f"EUR (at most 12 characters, no control characters), got {currency[:20]!r}")
+        import unicodedata
+        word = len(currency) >= 2 and all(ch.isalpha() for ch in currency)         # USD, EUR, yen
+        symbol = len(currency) == 1 and unicodedata.category(currency) == "Sc"     # $, €, £, ¥
+        if currency and (not (word or symbol) or len(currency) > 12):
+            # '5.' was 5 in currency '.', '2.5e' in currency 'e', '2.5 USD/h' in 'USD/h'
+            raise SpecError(f"--price-per-gpu-hour: the currency must be a name of letters such as USD or EUR, or "
+                            f"a currency sign such as $ (at most 12 characters), got {currency[:20]!r}")
     if not 0 <= amount <= 1e6:          # the cluster file's range
         raise SpecError(f"--price-per-gpu-hour must be an amount from 0 to 1e6 per GPU-hour, got {value!r}")
     return amount, {"$": "USD", "€": "EUR", "£": "GBP"}.get(currency, currency)
@@ -441,7 +445,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         warnings.append(PlanWarning("time-to-train", "--objective time-to-train without a token budget: plans "
                                     "are ranked for 1e12 tokens, which orders them as time per token does, and no "
                                     "training time is shown",
-                                    "give --tokens (e.g. 2T) or training.total_tokens in the case file"))
+                                    "give --tokens (e.g. 2e12) or training.total_tokens in the case file"))
     if advice and objectives[0] != "memory":     # a plan chosen for memory headroom is slow by request
         warnings += advise(found)
     return PlanResult.from_search(found, notes=notes, warnings=warnings, currency=currency,

@@ -57,8 +57,10 @@ def _given_study_flags(ctx) -> list[str]:
 
 
 def _notice(line: str) -> None:
-    """A one-line notice of the search on stderr (a resumed study); --quiet silences it."""
-    sys.stderr.write(line + "\n")
+    """A one-line notice of the search on stderr (a resumed study); --quiet silences it. Printable only:
+    a default study name carries the model's name, which may hold a terminal escape."""
+    from .emit.shell import printable
+    sys.stderr.write(printable(line) + "\n")
     sys.stderr.flush()
 
 

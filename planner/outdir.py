@@ -188,8 +188,9 @@ def write_out_file(out, text: str, force: bool, inputs=(), ours=None, kind: str 
 
 def default_storage(out) -> str:
     """SQLite file next to the output directory (not inside: the directory is replaced atomically)."""
+    from .study import sqlite_url
     p = Path(out).resolve()
-    return f"sqlite:///{p.parent / (p.name + '.optuna.db')}"
+    return sqlite_url(p.parent / (p.name + ".optuna.db"))
 
 
 def cache_storage() -> str:
@@ -208,4 +209,5 @@ def cache_storage() -> str:
     except OSError as exc:
         raise SpecError(f"cannot create the study cache {base} ({exc.strerror or exc}); set XDG_CACHE_HOME to a "
                         "writable directory, or give --storage or --out") from None
-    return f"sqlite:///{base / 'studies.db'}"
+    from .study import sqlite_url
+    return sqlite_url(base / "studies.db")

@@ -23,7 +23,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from costmodels.errors import SpecError
 
@@ -104,8 +104,8 @@ def public_storage(url: str | None) -> str:
         return "in-memory"
     text = str(url)
     if _is_sqlite(text):
-        path = text.split(":///", 1)[1] if ":///" in text else ""
-        return f"sqlite:///{Path(path.split('?', 1)[0]).name}" if path else "sqlite://"
+        db = sqlite_file(text)
+        return f"sqlite:///{quote(db.name)}" if db is not None else "sqlite://"
     if "://" not in text:          # not a URL: hide anything shaped like user:password@
         return _hide_credentials(text)
     scheme, rest = text.split("://", 1)
@@ -114,7 +114,8 @@ def public_storage(url: str | None) -> str:
         rest = (cred.split(":", 1)[0] + ":***" if ":" in cred else cred) + "@" + rest
     head, _, query = rest.split("#", 1)[0].partition("?")
     if query:
-        query = urlencode([(k, "***" if any(x in k.lower() for x in SECRET_KEYS) else v)
+        # a secret, or a local path (a Unix-socket folder, host=/var/run/postgresql): neither is shown
+        query = urlencode([(k, "***" if any(x in k.lower() for x in SECRET_KEYS) or v.startswith("/") else v)
                            for k, v in parse_qsl(query, keep_blank_values=True)], safe="*")
         head = f"{head}?{query}"
     return f"{scheme}://{head}"
@@ -154,13 +155,35 @@ def _serialise_sqlite(engine) -> None:
 
 
 def sqlite_file(url) -> Path | None:
-    """The database file of an SQLite storage URL (sqlite:///rel/x.db, sqlite:////abs/x.db), else None
-    (SQLite URLs hold no credentials, so the path is everything after ':///' up to a query)."""
+    """The database file of an SQLite storage URL (sqlite:///rel/x.db, sqlite:////abs/x.db), else None:
+    the file SQLAlchemy opens, read by SQLAlchemy's own parser (it decodes %20 and %2F, and keeps a '#'),
+    so the checks look at the file the study is written to."""
     text = str(url or "")
     if not _is_sqlite(text) or ":///" not in text:
         return None
-    path = text.split(":///", 1)[1].split("?", 1)[0]
+    try:
+        from sqlalchemy.engine import make_url
+        path = make_url(text).database
+    except Exception:      # noqa: BLE001 - a URL SQLAlchemy cannot read: its own error comes later
+        path = unquote(text.split(":///", 1)[1].split("?", 1)[0])
     return Path(path) if path and path != ":memory:" else None
+
+
+def sqlite_url(path) -> str:
+    """The SQLite URL of the file `path`, escaped so that SQLAlchemy reads back this file ('?', '#', '%'
+    and spaces in a folder's name would otherwise end the path or be decoded)."""
+    return f"sqlite:///{quote(str(path), safe='/')}"
+
+
+def _sqlite_uri_query(url) -> bool:
+    """Whether an SQLite URL asks for SQLite's URI file names (?uri=true): 'file:x.db?mode=...' names a
+    file other than the path the checks see."""
+    try:
+        from sqlalchemy.engine import make_url
+        value = make_url(str(url)).query.get("uri", "")
+    except Exception:      # noqa: BLE001
+        return False
+    return str(value).lower() not in ("", "0", "false", "no", "off")
 
 
 # The tables Optuna's RDBStorage creates (optuna/storages/_rdb/models.py) and its schema-version table.
@@ -183,15 +206,24 @@ def check_sqlite_file(db: Path, url) -> None:
     import sqlite3
     from contextlib import closing
     try:
-        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)) as con:
+        with closing(sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=60)) as con:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
+        if "unable to open" in str(exc):
+            # a study database in write-ahead-log mode needs its -shm file beside it, even to be read
+            raise SpecError(f"--storage {shown!r}: cannot open '{db.name}' ({exc}); SQLite needs the file and its "
+                            "folder writable (it keeps its -wal and -shm files beside the database)") from None
         raise SpecError(f"--storage {shown!r}: '{db.name}' is not an SQLite database ({exc}); give a new file "
                         "name or a study database") from None
     foreign = sorted(tables - OPTUNA_TABLES)
     if foreign:
         raise SpecError(f"--storage {shown!r}: '{db.name}' holds tables Optuna did not make ({', '.join(foreign[:5])}); "
                         "the planner keeps its studies apart from other data: give another file name")
+
+
+# SQLite's longest file name on Unix (SQLITE_MAX_PATHNAME, os_unix.c: MAX_PATHNAME 512): a longer
+# path fails as 'unable to open database file', which blamed a writable folder.
+SQLITE_MAX_PATHNAME = 512
 
 
 def check_scheme(url: str) -> None:
@@ -224,6 +256,9 @@ def make_storage(optuna, url: str | None):
         return None
     check_scheme(str(url))
     is_sqlite = _is_sqlite(str(url))
+    if is_sqlite and _sqlite_uri_query(url):
+        raise SpecError(f"--storage {public_storage(url)!r}: SQLite URI file names (uri=true) are not taken; give "
+                        "the file as sqlite:///FILE.db")
     db = sqlite_file(url)
     if db is not None and db.parent.exists() and not db.parent.is_dir():
         raise SpecError(f"--storage {public_storage(url)!r}: '{db.parent.name}', which should be the folder "
@@ -231,6 +266,10 @@ def make_storage(optuna, url: str | None):
     if db is not None and not db.parent.is_dir():
         raise SpecError(f"--storage {public_storage(url)!r}: the folder '{db.parent.name or db.parent}' that "
                         "should hold the SQLite file does not exist; create it, or give a file in an existing folder")
+    if db is not None and len(os.fsencode(db.resolve())) > SQLITE_MAX_PATHNAME:
+        raise SpecError(f"--storage {public_storage(url)!r}: the database's path is {len(os.fsencode(db.resolve()))} "
+                        f"bytes and SQLite opens paths of at most {SQLITE_MAX_PATHNAME}; give a shorter --out or "
+                        "--storage path")
     if db is not None:
         check_sqlite_file(db, url)
     kwargs = {"connect_args": {"timeout": 60}} if is_sqlite else {}
@@ -262,7 +301,11 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
     shown = public_storage(storage_url)
     text = str(storage_url or "")
     if _is_sqlite(text) and sqlite_file(text) is None:
-        raise SpecError(f"--storage {text[:60]!r} is an in-memory SQLite database, which holds no study past "
+        after = text.split("://", 1)[1] if "://" in text else ""
+        if after.strip("/") and after.strip("/") != ":memory:" and ":///" not in text:
+            raise SpecError(f"--storage {shown!r}: an SQLite URL takes a file, not a user, password or host; write "
+                            "sqlite:///FILE.db (three slashes, then the file)")
+        raise SpecError(f"--storage {shown!r} is an in-memory SQLite database, which holds no study past "
                         "this run; give a file (sqlite:///studies.db), or leave --storage out for the default")
     try:
         storage = make_storage(optuna, storage_url)

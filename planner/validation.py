@@ -396,11 +396,18 @@ def _what(exc) -> str:
     return f"missing field {exc}" if isinstance(exc, KeyError) else f"{exc.__class__.__name__}: {exc}".splitlines()[0]
 
 
+# What a real run measures: a step of 1 ms to a day (as planner calibrate takes), memory of 1 MiB to
+# 10^5 GiB; a reading outside is a damaged file (1e-320 s gave an infinite error in validate --json).
+MEASURED_RANGES = {"step time": (1e-3, 86400.0, "s"), "memory": (2.0**-10, 1e5, "GiB")}
+
+
 def _check_measured(r: Record, where: str) -> None:
-    """A measured step time or memory reading must be a positive, finite number of a real run."""
+    """A measured step time or memory reading must be a finite number in the range of a real run."""
     for name, value in (("step time", r.measured_step_s), ("memory", r.measured_memory_gib)):
-        if value is not None and not 0 < value < 1e7:
-            raise SpecError(f"{where} ({r.id}): measured {name} {value!r} is not a positive, finite reading")
+        low, high, unit = MEASURED_RANGES[name]
+        if value is not None and not low <= value <= high:
+            raise SpecError(f"{where} ({r.id}): measured {name} {value!r} {unit} is outside any real run's "
+                            f"({low:g} to {high:g} {unit}); the file is damaged")
 
 
 def _read_records(path: Path, parse) -> list:

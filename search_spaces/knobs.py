@@ -35,6 +35,7 @@ class Knob:
     explain: int = 0                # position among the knobs changed one at a time (0: not changed)
     ordered: bool = False           # ... its neighbours there are the adjacent values of its domain
     minimum: int = 1                # least whole value a user may give
+    maximum: int | None = None      # greatest whole value a user may give (None: MAX_KNOB_VALUE)
     structural: bool = True         # runner-ups differing in it have another structure of layout
 
     @property
@@ -77,7 +78,7 @@ TABLE: tuple[Knob, ...] = (
          core=True),
     Knob("zero", INT, "--zero", "zero_stage", ("zero",), default=1, help="ZeRO stage(s) 0-3",
          doc="ZeRO stage 0-3 (--zero-stage, zero_optimization.stage)", explain=6, ordered=True,
-         minimum=0),
+         minimum=0, maximum=3),
     Knob("offload_optimizer", ENUM, "--offload-optimizer", "offload_optimizer", default="none",
          help="optimizer offload: none,cpu,nvme", doc="optimizer state offload: none / cpu / nvme",
          enum=Offload, explain=11),

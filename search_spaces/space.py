@@ -213,6 +213,9 @@ def parse_choice(name: str, values) -> tuple:
                 raise SpecError(f"{flag(name)} takes whole numbers, got {v!r}") from None
             if iv < BY_NAME[name].minimum:
                 raise SpecError(f"{flag(name)} must be {BY_NAME[name].minimum} or more, got {iv}")
+            if BY_NAME[name].maximum is not None and iv > BY_NAME[name].maximum:
+                # a list (--zero 1,4) dropped the impossible value silently
+                raise SpecError(f"{flag(name)} must be {BY_NAME[name].maximum} or less, got {iv}")
             if iv > MAX_KNOB_VALUE:
                 raise SpecError(f"{flag(name)} {iv} is beyond any real layout (max {MAX_KNOB_VALUE:,})")
             out.append(iv)

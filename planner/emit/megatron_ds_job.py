@@ -94,7 +94,7 @@ def launch_script(result, job: Job, launcher: str) -> str:
 set -euo pipefail
 
 {_settings_block(job.argv, launcher, nodes, gpn, checkpoint=True)}
-SCRIPT_DIR="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+SCRIPT_DIR="$(CDPATH= cd -P -- "$(dirname -- "${{BASH_SOURCE[0]}}")" && pwd -P)"
 DS_CONFIG="$SCRIPT_DIR/ds_config.json"
 cd "$SCRIPT_DIR"   # the deepspeed launcher reads .deepspeed_env from here
 {env_lines}
@@ -172,7 +172,7 @@ ARGS=(
 set -uo pipefail
 
 {_settings_block(argv_all, launcher, nodes, gpn, checkpoint=False)}
-SCRIPT_DIR="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+SCRIPT_DIR="$(CDPATH= cd -P -- "$(dirname -- "${{BASH_SOURCE[0]}}")" && pwd -P)"
 mkdir -p "$SCRIPT_DIR/probe"
 cd "$SCRIPT_DIR/probe"   # the deepspeed launcher reads probe/.deepspeed_env from here
 FAILED=0

@@ -26,7 +26,7 @@ def model_file(hidden: str) -> str:
 
 def hf(**kw) -> str:
     base = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4,
-            "vocab_size": 32000}
+            "vocab_size": 32000, "intermediate_size": 1376}
     base.update(kw)
     return json.dumps(base)
 
@@ -476,7 +476,7 @@ def test_a_currency_with_control_characters_is_refused(tmp_path):
     r = CliRunner().invoke(main, ["plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "8",
                                   "--global-batch", "64", "--objective", "cost", "--price-per-gpu-hour",
                                   "2.5 \x1b[mX\x07\x08", "--out", str(tmp_path / "job")])
-    assert r.exit_code == 2 and "the currency must be a short printable name" in r.stderr, r.stderr
+    assert r.exit_code == 2 and "the currency must be a name of letters" in r.stderr, r.stderr
     assert "\x1b" not in r.stderr and not (tmp_path / "job").exists()
 
 

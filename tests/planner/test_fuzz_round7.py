@@ -125,7 +125,7 @@ def test_config_json_of_a_family_the_reader_does_not_interpret_is_refused(tmp_pa
 def test_config_json_families_are_read_with_their_own_defaults():
     from costmodels import catalog
     base = {"hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 4, "vocab_size": 32000,
-            "hidden_act": "silu"}
+            "hidden_act": "silu", "intermediate_size": 1376}
     by_class = catalog.model_from_dict({**base, "architectures": ["LlamaForCausalLM"], "rms_norm_eps": 1e-5})
     assert by_class.norm == "rmsnorm" and by_class.position == "rope" and not by_class.tied_embeddings
     gemma = catalog.model_from_dict({**base, "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"})
@@ -227,7 +227,8 @@ def test_round7_messages_say_what_to_fix(tmp_path):
               "holds a NUL byte (line 2)")
     bom = tmp_path / "config.json"
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8,
-                                                   "num_hidden_layers": 4, "vocab_size": 32000}).encode())
+                                                   "num_hidden_layers": 4, "vocab_size": 32000,
+                                                   "intermediate_size": 1376}).encode())
     assert run("plan", "--model", bom, "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "32",
                "--quiet").exit_code == 0
     (tmp_path / "job.optuna.db").write_text("not a database\n")
@@ -273,7 +274,8 @@ def test_a_plan_made_from_a_config_json_reads_back(tmp_path):
     were refused as 'architectures None is not a model class' (review of round 7)."""
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 512, "num_attention_heads": 8,
-                               "num_hidden_layers": 4, "vocab_size": 32000, "hidden_act": "silu"}))
+                               "num_hidden_layers": 4, "vocab_size": 32000, "hidden_act": "silu",
+                               "intermediate_size": 1376}))
     out = tmp_path / "job"
     assert run("plan", "--model", cfg, "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "32", "--quiet",
                "--out", out).exit_code == 0

@@ -27,7 +27,7 @@ LAUNCHER=${LAUNCHER:-deepspeed}
 # ---------------------------------------------------------------------------------------------
 NODES=32
 GPUS_PER_NODE=8
-SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SCRIPT_DIR="$(CDPATH= cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 DS_CONFIG="$SCRIPT_DIR/ds_config.json"
 cd "$SCRIPT_DIR"   # the deepspeed launcher reads .deepspeed_env from here
 export CUDA_DEVICE_MAX_CONNECTIONS=1
