@@ -26,7 +26,8 @@ def _ints(text, option):
     from costmodels.errors import SpecError
 
     try:
-        values = [int(v) for v in _split(text)]
+        # ASCII digits only: int() also reads '1_024' and other scripts' digits
+        values = [int(v) if v.isascii() and v.lstrip("+").isdigit() else int("x") for v in _split(text)]
     except ValueError:
         raise SpecError(f"{option} takes whole numbers separated by commas, got {text!r}") from None
     if not values or any(v <= 0 for v in values):

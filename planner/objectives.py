@@ -16,7 +16,11 @@ OBJECTIVES = {
 
 
 def parse_objectives(text: str) -> tuple[str, ...]:
-    names = tuple(t.strip() for t in str(text).split(",") if t.strip())
+    items = [t.strip() for t in str(text).split(",")]
+    if len(items) > 1 and not all(items):          # 'time,' and ',time' (as --tp 1,,2 is refused)
+        raise SpecError(f"--objective {str(text)[:40]!r} has an empty item; write one objective or two "
+                        "separated by a comma, e.g. time,memory")
+    names = tuple(t for t in items if t)
     if not names or len(names) > 2:
         raise SpecError("--objective takes one objective or two separated by a comma "
                         f"(a Pareto front); known: {', '.join(OBJECTIVES)}")

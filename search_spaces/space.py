@@ -206,8 +206,8 @@ def parse_choice(name: str, values) -> tuple:
             out.append(int(bool(v)))
         else:
             try:
-                if isinstance(v, str) and not v.strip().isascii():
-                    raise ValueError      # int() reads other scripts' digits ('\u0662' is 2): refused
+                if isinstance(v, str) and not (v.strip().isascii() and v.strip().lstrip("+-").isdigit()):
+                    raise ValueError      # int() reads other scripts' digits ('\u0662' is 2) and '1_0' (10): refused
                 iv = int(v)
             except (TypeError, ValueError):
                 raise SpecError(f"{flag(name)} takes whole numbers, got {v!r}") from None

@@ -174,3 +174,15 @@ def test_scripts_in_a_folder_whose_name_starts_with_a_dash_find_their_folder(tmp
     assert f"--deepspeed_config {job}/ds_config.json" in out.stdout, out.stdout + out.stderr
     subprocess.run(["bash", "--", "-job/probe.sh"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert (job / "probe" / "1.log").is_file() and not (tmp_path / "probe").exists()
+
+
+@pytest.mark.parametrize("option,value,fragment", [
+    ("--tp", "1_0", "--tp takes whole numbers, got '1_0'"),
+    ("--mbs", "0_8", "--mbs takes whole numbers, got '0_8'"),
+    ("--seq-len", "1_024", "--seq-len takes whole numbers separated by commas, got '1_024'"),
+    ("--objective", "time,", "has an empty item"),
+    ("--objective", ",time", "has an empty item"),
+])
+def test_number_and_list_forms_python_reads_but_no_one_writes_are_refused(tmp_path, option, value, fragment):
+    """int() read '1_0' as 10 and '0_8' as 8; --objective 'time,' was taken while --tp 1,,2 is refused."""
+    one_error(run(*OPTUNA[:9], option, value, "--out", tmp_path / "job"), fragment)
