@@ -396,12 +396,14 @@ def gpu_from_dict(d: dict) -> GPU:
         gemm_tile_intensity=parse_number(_require(d, "gemm_tile_intensity", what),
                                          what=f"{what} gemm_tile_intensity", low=0.0, low_open=True, high=1e6),
         flash_attention_2_peak_flop_per_s=_flash_attention_2_peak(d, what),
+        compute_capability=parse_number(d.get("compute_capability", 0), what=f"{what} compute_capability",
+                                        low=0.0, high=100.0),
         source=str(d.get("source", "")),
     )
 
 
 _GPU_KEYS = {"name", "aliases", "source", "description", "hbm", "hbm_bandwidth", "peak", "sparse_2to4", "system",
-             "num_sms", "gemm_tile_intensity", "flash_attention_2_peak", "fitted"}
+             "num_sms", "gemm_tile_intensity", "flash_attention_2_peak", "compute_capability", "fitted"}
 _GPU_PEAK_KEYS = {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8"}
 _GPU_FITTED_KEYS = {"gemm_efficiency", "attention_efficiency", "hbm_efficiency", "kernel_overhead", "fp8_gemm_speedup",
                     "sparse_gemm_speedup"}
@@ -422,6 +424,8 @@ def gpu_to_dict(gpu: GPU, cluster: ClusterSpec | None = None) -> dict:
                     "fp8_gemm_speedup": gpu.fp8_gemm_speedup, "sparse_gemm_speedup": gpu.sparse_gemm_speedup}}
     if gpu.flash_attention_2_peak_flop_per_s > 0:
         d["flash_attention_2_peak"] = f"{gpu.flash_attention_2_peak_flop_per_s!r} FLOP/s"
+    if gpu.compute_capability > 0:
+        d["compute_capability"] = gpu.compute_capability
     if cluster is not None:
         d["system"] = {key: f"{getattr(cluster, field)!r} {unit}" if unit else getattr(cluster, field)
                        for field, (key, unit) in LINK_CONSTANTS.items()}
@@ -902,6 +906,7 @@ def framework_from_dict(d: dict) -> Framework:
             attention_speedup=n("attention_speedup"),
             context_parallel=str(d.get("context_parallel", "ring")),
             attention_kernel=str(d.get("attention_kernel", "flash-attention-2")),
+            deterministic_attention=_fw_flag(d, "deterministic_attention", what, False),
             offload_overlap=n("offload_overlap", 0.5),
             dp_overlap_pipelined=n("dp_overlap_pipelined"),
             tp_overlap=n("tp_overlap"),
@@ -972,6 +977,7 @@ ATTENTION_KERNELS = ("flash-attention-2", "native")
 FRAMEWORK_KEYS = frozenset({
     "name", "source", "aliases", "dp_overlap", "dp_overlap_zero0", "dp_overlap_pipelined", "tp_overlap",
     "pp_scatter_gather", "pp_overlap", "attention_speedup", "attention_kernel", "attention_head_dims",
+    "deterministic_attention",
     "context_parallel",
     "offload_overlap", "zero3_gather_efficiency", "zero3_overlap", "param_gather_overlap", "zero3_live_layers",
     "zero3_recompute_gathers", "zero3_gathers_per_layer", "zero3_reduce_bucket_params",

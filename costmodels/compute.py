@@ -22,6 +22,7 @@ import numpy as np
 
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
+from .attention_schedule import deterministic_backward_extra_bytes, deterministic_backward_slowdown
 from .comm import all_reduce_time, members_per_domain
 from .gemm import gemm_time, on_distinct_rows
 from .memory import (SOFTMAX_FALLBACK_BYTES, SOFTMAX_FALLBACK_KERNELS, activation_bytes_per_element,
@@ -79,6 +80,23 @@ def attention_rate(cluster: ClusterSpec, precision, kernel: str = "flash-attenti
         half = min(half, g.flash_attention_2_peak_flop_per_s)
     fp32 = g.peak_flop_per_s.get("tf32") or g.peak_flop_per_s.get("fp32", 0.0)
     return where(asv(precision) == FP32, fp32, half) * g.attention_efficiency
+
+
+def runs_deterministic_flash_backward(m: ModelSpec, gpu, fw: Framework) -> bool:
+    """Whether attention backward runs FlashAttention-2's deterministic kernel: the framework asks for
+    determinism (Framework.deterministic_attention) and Transformer Engine refuses its cuDNN attention
+    for it, which it does before Hopper (TransformerEngine d0067d0 transformer_engine/pytorch/attention/
+    dot_product_attention/utils.py:1555-1566) and on Blackwell with attention dropout
+    (transformer_engine/common/fused_attn/fused_attn.cpp:480-488). On Hopper cuDNN runs, and is preferred
+    (utils.py:1647-1653). A GPU file without a compute capability is taken as pre-Hopper."""
+    if not fw.deterministic_attention:
+        return False
+    cc = gpu.compute_capability
+    if 9.0 <= cc < 10.0:
+        return False
+    if cc >= 10.0:
+        return m.attention_dropout > 0
+    return True
 
 
 def attention_head_dim_share(m: ModelSpec, fw: Framework) -> float:
@@ -289,9 +307,17 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # attention backward 2.5x its forward with FlashAttention (recomputes QK^T; Dao 2023, §3.1.2), 2x
     # without; elementwise ops read the saved input and the output gradient and write one gradient
     # (`elementwise_backward_passes`).
+    # FlashAttention-2's deterministic backward packs the SMs less evenly and sums per-CTA dQ copies
+    # (costmodels/attention_schedule.py); the layer's sequences x heads on this GPU set its grid.
+    det_slow, det_bytes = 1.0, 0.0
+    if runs_deterministic_flash_backward(m, gpu, fw):
+        batch_heads = maximum(tokens / asf(seq_len), 1.0) * m.num_heads / asf(tp)
+        det_slow = where(flash, deterministic_backward_slowdown(batch_heads, seq_len, gpu.num_sms), 1.0)
+        det_bytes = where(flash, deterministic_backward_extra_bytes(batch_heads, seq_len, m.head_dim,
+                                                                    gpu.num_sms), 0.0)
     bwd = PhaseTimes(gemm=gemm_bwd,
-                     attention=attn_f * where(flash, 2.5, 2.0) / attn_rate,
-                     elementwise=(elementwise_backward_passes() * elem + fb_bwd
+                     attention=attn_f * where(flash, 2.5, 2.0) * det_slow / attn_rate,
+                     elementwise=(elementwise_backward_passes() * elem + fb_bwd + det_bytes
                                   + grad_accumulation_bytes(layer_params(m), fw, tp, grad_bytes_per_param)) / bw,
                      kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host,

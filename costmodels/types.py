@@ -216,6 +216,9 @@ class GPU:
     # instructions, which Blackwell runs at about Hopper's rate, not at its own tensor-core peak.
     # 0: the GPU's own peak (Ampere, Hopper).
     flash_attention_2_peak_flop_per_s: float = 0.0
+    # CUDA compute capability (8.0 Ampere, 9.0 Hopper, 10.0 Blackwell; data sheet): which attention
+    # kernels a framework may run here (compute.runs_deterministic_flash_backward). 0: not stated.
+    compute_capability: float = 0.0
     source: str = ""
 
     def supports(self, precision: "Precision") -> bool:
@@ -337,6 +340,9 @@ class Framework:
     # GPU.flash_attention_2_peak_flop_per_s); "native": kernels built for each GPU's own tensor cores
     # (cuDNN fused attention, triton), at the GPU's peak.
     attention_kernel: str = "flash-attention-2"
+    # Deterministic attention backward asked for (Megatron-Core --deterministic-mode with
+    # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): compute.runs_deterministic_flash_backward
+    deterministic_attention: bool = False
     attention_head_dims: tuple[int, ...] = ()  # head dims the flash kernel is built for (smallest >= d runs);
                                               # empty: any head dim runs unpadded
     source: str = ""

@@ -886,3 +886,62 @@ def test_deterministic_blackwell_tests_fall_back_to_flash_attention_2(validation
     gb200 = [e for k, e in errors.items() if k.endswith("-gb200")]
     assert len(gb200) == 2 and all(-0.35 < e < 0 for e in gb200), errors
     assert all(abs(errors[k]) < 0.12 for k in errors if k.endswith("-h100")), errors
+
+
+def test_deterministic_flash_backward_packs_fewer_waves():
+    """FlashAttention-2's deterministic backward launches ceil(SMs / (batch x heads)) CTAs per head
+    (flash_bwd_launch_template.h:78-81): with 32 heads of 8192 tokens on an A100's 108 SMs, 128 long CTAs
+    run in two waves, the second 20/108 full, where the regular 2,048 short ones pack the SMs evenly."""
+    from costmodels.attention_schedule import deterministic_backward_slowdown as slowdown
+    assert 1.5 < slowdown(32, 8192, 108) < 1.75
+    assert 1.5 < slowdown(32, 8192, 148) < 1.9
+    assert 1.1 < slowdown(8, 8192, 108) < slowdown(32, 8192, 108)
+    # as many (sequence, head) pairs as SMs: one CTA per head either way, whole waves both ways
+    assert slowdown(108, 8192, 108) == pytest.approx(1.0, abs=0.02)
+    assert slowdown(32, 128, 108) == pytest.approx(1.0)           # one key block: nothing to split
+    arr = slowdown([32, 8], [8192, 8192], 108)
+    assert arr[0] == pytest.approx(slowdown(32, 8192, 108)) and arr[1] == pytest.approx(slowdown(8, 8192, 108))
+
+
+def test_deterministic_attention_backward_where_cudnn_is_refused(validation_dir):
+    """Megatron-Core's deterministic functional tests ran 18-31% slower than predicted on A100 and GB200
+    but 6-10% on H100: Transformer Engine refuses its deterministic cuDNN attention before Hopper and on
+    Blackwell with dropout, so FlashAttention-2's deterministic backward runs there; on Hopper cuDNN runs
+    (utils.py:1555-1566, 1647-1653). The same layer under megatron-core-deterministic and megatron-core
+    differs by that backward only where flash-attn 2 runs."""
+    from costmodels.compute import layer_phases
+    from planner.validation import evaluate, load_records
+    m = catalog.load_model("llama3.1-8b")
+
+    det = catalog.load_framework("megatron-core-deterministic")
+    plain = replace(det, deterministic_attention=False)
+
+    def attention_bwd(gpu, framework, model=m):
+        cluster = catalog.load_cluster(gpu, num_gpus=8)
+        _, bwd, _ = layer_phases(model, cluster, framework, tokens=8192, seq_len=8192,
+                                 tp=1, sp=False, flash=True, precision=2, sparsity=0)
+        return float(bwd.attention)
+
+    assert det.deterministic_attention and not catalog.load_framework("megatron-core").deterministic_attention
+    assert attention_bwd("A100-80GB", det) > 1.4 * attention_bwd("A100-80GB", plain)
+    assert attention_bwd("H100-SXM", det) == pytest.approx(attention_bwd("H100-SXM", plain))
+    assert m.attention_dropout == 0          # Blackwell's deterministic cuDNN runs without dropout
+    assert attention_bwd("GB200", det) == pytest.approx(attention_bwd("GB200", plain))
+    dropout = replace(m, attention_dropout=0.1)          # Megatron's default, kept by the tests
+    assert attention_bwd("GB200", det, dropout) > 1.4 * attention_bwd("GB200", plain, dropout)
+    runs = [r for r in load_records(validation_dir) if r.id.startswith("mcore-ftest-")]
+    errors = {res.record.id: res.step_error for res in evaluate(runs)}
+    assert all(abs(e) < 0.18 for e in errors.values()), errors
+    assert sum(abs(e) for e in errors.values()) / len(errors) < 0.12, errors
+
+
+def test_gpu_file_compute_capability(tmp_path):
+    """The compute capability is a data-sheet number a GPU file may state; it survives plan.json."""
+    h100 = catalog.load_gpu("H100-SXM")
+    assert h100.compute_capability == 9.0 and catalog.load_gpu("A100-80GB").compute_capability == 8.0
+    again = catalog.gpu_from_dict(catalog.gpu_to_dict(h100))
+    assert again.compute_capability == 9.0
+    d = catalog.gpu_to_dict(h100)
+    d["compute_capability"] = "nine"
+    with pytest.raises(SpecError, match="compute_capability"):
+        catalog.gpu_from_dict(d)
