@@ -9,7 +9,7 @@ import sys
 import click
 
 from .emit.shell import comment_text as one_line
-from .cli_common import CLIError, run_command
+from .cli_common import ASCII_FLOAT, CLIError, run_command
 from .arguments import cli_token_budget
 from .serialise import to_json
 
@@ -39,7 +39,7 @@ def main():
 @main.command()
 @click.argument("case", type=click.Path(dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-@click.option("--tokens", type=float, default=None, help="Tokens to train on (time, GPU-hours, cost).")
+@click.option("--tokens", type=ASCII_FLOAT, default=None, help="Tokens to train on (time, GPU-hours, cost).")
 @click.option("--calibration", type=click.Path(), default=None, help="calib.yaml from `planner calibrate`.")
 def estimate(case, as_json, tokens, calibration):
     """Estimate memory and step time of the layout in CASE (a case YAML or a plan.json)."""

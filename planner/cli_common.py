@@ -2,6 +2,8 @@
 code 2; Ctrl-C exits with 130 and says that nothing was written."""
 from __future__ import annotations
 
+import re
+
 import click
 
 from costmodels.errors import PlannerError
@@ -51,3 +53,39 @@ def run_command(fn, *args, **kwargs):
 def os_error_text(exc: OSError) -> str:
     where = f"'{str(exc.filename)[:80]}{'...' if len(str(exc.filename)) > 80 else ''}': " if exc.filename else ""
     return f"{where}{exc.strerror or exc.__class__.__name__}; nothing was written"
+
+
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+# (inf and nan pass, for the option's own range check to name)
+_ASCII_FLOAT = re.compile(r"[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
+
+
+class AsciiInt(click.ParamType):
+    """A whole-number option in ASCII digits: click's INT takes what int() takes, '1_6' (16) and other
+    scripts' digits ('８') among them, which the plain numbers of files refuse."""
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value).strip()
+        if not _ASCII_INT.fullmatch(text):
+            self.fail(f"{text!r} is not a whole number in ASCII digits (e.g. 8)", param, ctx)
+        return int(text)
+
+
+class AsciiFloat(click.ParamType):
+    """A number option in ASCII digits (1e9, 2.5), for the same reason as AsciiInt."""
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+            return float(value)
+        text = str(value).strip()
+        if not _ASCII_FLOAT.fullmatch(text):
+            self.fail(f"{text!r} is not a number in ASCII digits (e.g. 2e12)", param, ctx)
+        return float(text)
+
+
+ASCII_INT = AsciiInt()
+ASCII_FLOAT = AsciiFloat()

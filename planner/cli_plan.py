@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from .cli_common import ASCII_FLOAT, ASCII_INT
+
 from search_spaces.knobs import CLI_KNOBS
 
 from .arguments import batch_token_range as _batch_tokens
@@ -107,30 +109,30 @@ MAX_PROBE = 1000        # as many as --top may report (planner.api)
 @click.command()
 @click.option("--model", required=True, help="Model preset, YAML file or Hugging Face config.json.")
 @click.option("--cluster", required=True, help="GPU name from the catalog (nodes of 8) or a cluster YAML.")
-@click.option("--gpus", type=int, default=None, help="Number of GPUs (default: the cluster's).")
-@click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the GPU's system).")
-@click.option("--global-batch", type=int, default=None, help="Global batch in sequences.")
+@click.option("--gpus", type=ASCII_INT, default=None, help="Number of GPUs (default: the cluster's).")
+@click.option("--gpus-per-node", type=ASCII_INT, default=None, help="GPUs per node (default: the GPU's system).")
+@click.option("--global-batch", type=ASCII_INT, default=None, help="Global batch in sequences.")
 @click.option("--global-batch-tokens", default=None, help="Global batch in tokens: LOW-HIGH or one target; K/M/G = 2^10/2^20/2^30 "
                    "(default: 1M-4M, wider on large clusters; see README).")
 @click.option("--seq-len", default=None, help="Sequence length(s) allowed, comma-separated (default: the model's).")
 @click.option("--objective", default="time", show_default=True,
               help="time | time-to-train | cost | memory; two comma-separated give a Pareto front.")
-@click.option("--tokens", type=float, default=None,
+@click.option("--tokens", type=ASCII_FLOAT, default=None,
               help="Training token budget (time-to-train, cost; sets --train-iters in launch.sh).")
 @click.option("--price-per-gpu-hour", "price", default=None,
               help="Price of one GPU-hour, with an optional currency ('2.5 USD'); overrides the cluster's.")
-@click.option("--top", "top_k", type=int, default=5, show_default=True, help="Plans to report.")
+@click.option("--top", "top_k", type=ASCII_INT, default=5, show_default=True, help="Plans to report.")
 @click.option("--framework", default="megatron-deepspeed", show_default=True,
               help="Rules of the target: megatron-deepspeed or megatron-lm.")
 @click.option("--method", type=click.Choice(["auto", "lattice", "optuna"]), default="auto", show_default=True,
               help="Exhaustive lattice scoring, or an Optuna study (auto: Optuna when the lattice is too large).")
 @click.option("--storage", default=None, help="Optuna storage URL (default: SQLite next to --out).")
 @click.option("--study-name", default=None, help="Optuna study to create or resume.")
-@click.option("--trials", type=int, default=3000, show_default=True, help="Optuna trials.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampler seed (plans are reproducible).")
+@click.option("--trials", type=ASCII_INT, default=3000, show_default=True, help="Optuna trials.")
+@click.option("--seed", type=ASCII_INT, default=0, show_default=True, help="Sampler seed (plans are reproducible).")
 @click.option("--out", type=click.Path(), default=None, help="Write launch.sh, ds_config.json, plan.json, report.md here.")
 @click.option("--force", is_flag=True, help="Replace an existing --out directory (an earlier plan or report, or an empty one), with everything in it.")
-@click.option("--probe", "probe", type=int, default=0,
+@click.option("--probe", "probe", type=ASCII_INT, default=0,
               help="Also write probe.sh: the top K candidates for a few logged iterations each (needs --out).")
 @click.option("--calibration", type=click.Path(), default=None, help="calib.yaml from `planner calibrate`.")
 @click.option("--launcher", type=click.Choice(["deepspeed", "torchrun"]), default="deepspeed", show_default=True)

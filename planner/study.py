@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -77,16 +78,40 @@ def _is_sqlite(text: str) -> bool:
     return text.split(":", 1)[0].split("+", 1)[0].lower() == "sqlite"
 
 
+# The credentials of a URL as SQLAlchemy, which opens the storage, reads them (sqlalchemy/engine/url.py
+# _parse_url, 2.1.9): a user without ':' or '/', an optional ':password' without '@', then '@'.
+_CREDENTIALS = re.compile(r"([^:/]*)(?::([^@]*))?@")
+
+
 def _split_credentials(rest: str) -> tuple[str | None, str]:
     """`user:password@host/db?query` (the text after '://') -> ('user:password', 'host/db?query'), or
-    (None, rest) without credentials. The '@' that ends them is the last one followed by a host, i.e.
-    by text up to the next '/' without '=', '&' or '?': SQLAlchemy lets a password hold '/', '?', '#'
-    and '@' (which end urlsplit's authority early), and a query may hold an '@' too (an e-mail user)."""
-    for at in reversed([i for i, ch in enumerate(rest) if ch == "@"]):
-        host = rest[at + 1:].split("/", 1)[0]
-        if not any(ch in host for ch in "=&?"):
-            return rest[:at], rest[at + 1:]
-    return None, rest
+    (None, rest) without credentials, where SQLAlchemy ends them (`_CREDENTIALS`): a password may hold
+    '/', '?' and '#' but not '@', and a query may hold an '@' (an e-mail user) without being taken
+    for credentials. A further '@' in the host (a password whose '@' was not written %40, which
+    SQLAlchemy would send to the server as part of the host name) is counted in the credentials too,
+    so that no part of such a password is shown; `raw_at_in_password` refuses those URLs."""
+    m = _CREDENTIALS.match(rest)
+    if m is None:
+        return None, rest
+    end = m.end()
+    host = re.split(r"[/?#]", rest[end:], maxsplit=1)[0]
+    if "=" in host:
+        # 'host/db?user=me@corp&password=x': the '@' sat in a query (which SQLAlchemy misreads as a
+        # password ending there): the last '@' followed by a host-like text, or none
+        for at in reversed([i for i, ch in enumerate(rest) if ch == "@"]):
+            if not any(ch in rest[at + 1:].split("/", 1)[0] for ch in "=&?"):
+                return rest[:at], rest[at + 1:]
+        return None, rest
+    if "@" in host:
+        end += host.rindex("@") + 1
+    return rest[:end - 1], rest[end:]
+
+
+def raw_at_in_password(url: str) -> bool:
+    """Whether a storage URL's host holds an '@' after its credentials: a password with a raw '@'."""
+    rest = str(url).split("://", 1)[1] if "://" in str(url) else str(url)
+    m = _CREDENTIALS.match(rest)
+    return m is not None and "@" in re.split(r"[/?#]", rest[m.end():], maxsplit=1)[0]
 
 
 def _url_password(text: str) -> str | None:
@@ -255,6 +280,9 @@ def make_storage(optuna, url: str | None):
     if not url:
         return None
     check_scheme(str(url))
+    if raw_at_in_password(str(url)):
+        raise SpecError(f"--storage {public_storage(url)!r}: the password holds an '@', which ends it for "
+                        "SQLAlchemy (the rest would go to the server as the host name); write it as %40")
     is_sqlite = _is_sqlite(str(url))
     if is_sqlite and _sqlite_uri_query(url):
         raise SpecError(f"--storage {public_storage(url)!r}: SQLite URI file names (uri=true) are not taken; give "
