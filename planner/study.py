@@ -83,6 +83,13 @@ def _is_sqlite(text: str) -> bool:
 _CREDENTIALS = re.compile(r"([^:/]*)(?::([^@]*))?@")
 
 
+def _sqlalchemy_host(rest: str) -> tuple[int, str] | None:
+    """(where SQLAlchemy's credentials end, the host text after them up to '/', '?' or '#'), or None
+    without credentials."""
+    m = _CREDENTIALS.match(rest)
+    return None if m is None else (m.end(), re.split(r"[/?#]", rest[m.end():], maxsplit=1)[0])
+
+
 def _split_credentials(rest: str) -> tuple[str | None, str]:
     """`user:password@host/db?query` (the text after '://') -> ('user:password', 'host/db?query'), or
     (None, rest) without credentials, where SQLAlchemy ends them (`_CREDENTIALS`): a password may hold
@@ -90,11 +97,10 @@ def _split_credentials(rest: str) -> tuple[str | None, str]:
     for credentials. A further '@' in the host (a password whose '@' was not written %40, which
     SQLAlchemy would send to the server as part of the host name) is counted in the credentials too,
     so that no part of such a password is shown; `raw_at_in_password` refuses those URLs."""
-    m = _CREDENTIALS.match(rest)
-    if m is None:
+    found = _sqlalchemy_host(rest)
+    if found is None:
         return None, rest
-    end = m.end()
-    host = re.split(r"[/?#]", rest[end:], maxsplit=1)[0]
+    end, host = found
     if "=" in host:
         # 'host/db?user=me@corp&password=x': the '@' sat in a query (which SQLAlchemy misreads as a
         # password ending there): the last '@' followed by a host-like text, or none
@@ -109,9 +115,8 @@ def _split_credentials(rest: str) -> tuple[str | None, str]:
 
 def raw_at_in_password(url: str) -> bool:
     """Whether a storage URL's host holds an '@' after its credentials: a password with a raw '@'."""
-    rest = str(url).split("://", 1)[1] if "://" in str(url) else str(url)
-    m = _CREDENTIALS.match(rest)
-    return m is not None and "@" in re.split(r"[/?#]", rest[m.end():], maxsplit=1)[0]
+    found = _sqlalchemy_host(str(url).split("://", 1)[1] if "://" in str(url) else str(url))
+    return found is not None and "@" in found[1]
 
 
 def _url_password(text: str) -> str | None:
