@@ -546,10 +546,11 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
                           high=1_000_000, integer=True)
     typical = gpu_raw.get("system", {}) or {}
     if ("nvlink_domain" not in d or d.get("nvlink_domain") is None) \
-            and typical.get("nvlink_domain") == typical.get("gpus_per_node") and gpn < domain:
-        # NVLink inside a node (DGX / HGX): nodes of fewer GPUs have a smaller domain (64 H100 as 16 nodes
-        # of 4 kept the 8-GPU domain: tp 8 across two nodes was priced at NVLink speed). A rack-scale
-        # domain (GB200 NVL72: 72 over nodes of 4) spans nodes and is kept.
+            and _inside_node(typical.get("nvlink_domain"), typical.get("gpus_per_node")) and gpn < domain:
+        # NVLink inside a node (DGX / HGX, or the bridged pairs of PCIe cards): nodes of fewer GPUs have
+        # a smaller domain (64 H100 as 16 nodes of 4 kept the 8-GPU domain: tp 8 across two nodes was
+        # priced at NVLink speed; H100-PCIe in nodes of 1 kept its bridged pair). A rack-scale domain
+        # (GB200 NVL72: 72 over nodes of 4) spans nodes and is kept.
         domain = gpn
     bw = lambda k, default, positive=True: _bandwidth(parse_quantity(system.get(k, default),  # noqa: E731
                                                                      what=f"cluster {k}", dim="bytes/s",
@@ -601,8 +602,41 @@ def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = N
     if num_gpus is not None:
         d["num_gpus"] = num_gpus
     if gpus_per_node is not None:
-        d["gpus_per_node"] = gpus_per_node
+        d = _shrink_node(d, gpus_per_node)
     return cluster_from_dict(d)
+
+
+def _inside_node(domain, gpus_per_node) -> bool:
+    """Whether an NVLink domain of `domain` GPUs, described with nodes of `gpus_per_node`, lies inside a
+    node (NVSwitch boards, bridged pairs) rather than spanning nodes (rack-scale NVLink)."""
+    try:
+        return float(domain) <= float(gpus_per_node)
+    except (TypeError, ValueError):
+        return False
+
+
+def _shrink_node(d: dict, gpus_per_node) -> dict:
+    """A cluster file's nodes made smaller (--gpus-per-node): an NVLink domain the file set inside its
+    own nodes shrinks with them (a file of 8-GPU HGX nodes with nvlink_domain 8, run as nodes of 4,
+    priced tp 8 across two nodes at NVLink speed). A domain larger than the file's nodes is rack-scale
+    and kept; cluster_from_dict does the same for the GPU's typical system."""
+    d = dict(d)
+    domain = d.get("nvlink_domain")
+    if domain is not None and not isinstance(domain, bool):
+        described = d.get("gpus_per_node")
+        if described is None:
+            try:
+                described = (_lookup("gpu", d["gpu"]).get("system") or {}).get("gpus_per_node", 8)
+            except Exception:      # noqa: BLE001 - cluster_from_dict reports a bad GPU itself
+                described = None
+        try:
+            smaller = isinstance(gpus_per_node, numbers.Integral) and gpus_per_node < float(domain)
+        except (TypeError, ValueError):
+            smaller = False       # cluster_from_dict refuses a domain that is not a number
+        if smaller and _inside_node(domain, described):
+            d["nvlink_domain"] = gpus_per_node
+    d["gpus_per_node"] = gpus_per_node
+    return d
 
 
 _MODEL_KEYS = {"name", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
@@ -624,6 +658,12 @@ _MODEL_ALIASES = {
 _ACTIVATIONS = {"gelu": False, "gelu_new": False, "gelu_pytorch_tanh": False, "relu": False,
                 "squared_relu": False, "swiglu": True, "silu": True, "swish": True, "geglu": True}
 _MODEL_EXTRA_KEYS = {"activation", "aliases"}
+# Fields every model file gives: what each is and the validation schema's / Megatron's spelling.
+_REQUIRED_MODEL_KEYS = {"num_layers": ("the number of transformer layers", "num_hidden_layers"),
+                        "hidden": ("the hidden size", "hidden_size"),
+                        "num_heads": ("the number of attention heads", "num_attention_heads"),
+                        "vocab": ("the vocabulary size", "vocab_size"),
+                        "max_seq_len": ("the sequence length", "seq_length")}
 # Keys only a Hugging Face config.json has: one of them in a file without model_type / architectures
 # means a config.json whose type line is missing, not a misspelt model YAML.
 _HF_MARKERS = {"hidden_act", "rms_norm_eps", "torch_dtype", "transformers_version", "bos_token_id",
@@ -810,9 +850,10 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     if act is not None and "gated_mlp" not in data:
         data["gated_mlp"] = _ACTIVATIONS[str(act).lower()]
     data.setdefault("name", name or d.get("name") or "model")
-    for key in ("num_layers", "hidden", "num_heads", "vocab", "max_seq_len"):
+    for key, (meaning, spelling) in _REQUIRED_MODEL_KEYS.items():
         if data.get(key) is None:
-            raise SpecError(f"model {data['name']}: missing required field '{key}'")
+            raise SpecError(f"model {data['name']}: missing required field '{key}' ({meaning}; {spelling} is read "
+                            "too); add it to the model file")
     if "num_kv_heads" not in data:
         data["num_kv_heads"] = data["num_heads"]
     if "ffn_hidden" not in data:
@@ -834,10 +875,12 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
     heads = get(*_HF_HEADS)
     layers = get("num_hidden_layers", "n_layer", "num_layers")
     what = f"config.json ({mt or 'unknown model_type'})"
-    for key, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("num_hidden_layers", layers),
-                       ("vocab_size", get("vocab_size"))):
+    for key, value, meaning in (("hidden_size", hidden, "the hidden size"),
+                                ("num_attention_heads", heads, "the number of attention heads"),
+                                ("num_hidden_layers", layers, "the number of layers"),
+                                ("vocab_size", get("vocab_size"), "the vocabulary size")):
         if value is None:
-            raise SpecError(f"{what}: missing '{key}'")
+            raise SpecError(f"{what}: missing '{key}' ({meaning}); add it from the model's published config.json")
     act = str(get("hidden_act", "activation_function", default="gelu")).lower()
     _, rmsnorm, tied_default, gated_family = _HF_FAMILIES[mt]
     gated = (act in _HF_GATED_ACTIVATIONS or gated_family) and mt != "gpt_neox"

@@ -16,7 +16,7 @@ from costmodels.types import Estimate
 from costmodels.units import HOUR, parse_number
 
 from .advice import PlanWarning
-from .arguments import batch_token_range, path_text, shown
+from .arguments import batch_token_range, currency_problem, path_text, shown
 from .specs import Case, case_from_dict, load_case
 
 
@@ -320,18 +320,19 @@ def parse_price(value) -> tuple[float, str]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         amount, currency = float(value), ""
     else:
-        m = re.fullmatch(r"\s*([^\d\s.+-]*)\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([^\d\s]*)\s*", str(value))
+        m = re.fullmatch(r"\s*([^\d\s.+-]*)\s*((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([^\d\s]*)\s*",
+                         str(value))
+        if m and m.group(2).endswith("."):
+            # '5.' may be a cut '5.5': not taken, and not called a currency '.' as it was
+            raise SpecError(f"--price-per-gpu-hour: the amount {m.group(2)!r} ends in a '.' with no digits after "
+                            f"it; write {m.group(2)[:-1]} or the amount in full (5.5)")
         if not m or (m.group(1) and m.group(3)):
             raise SpecError(f"--price-per-gpu-hour takes an amount with an optional currency (2.5, '2.5 USD'), "
                             f"got {value!r}")
         amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
-        import unicodedata
-        word = len(currency) >= 2 and all(ch.isalpha() for ch in currency)         # USD, EUR, yen
-        symbol = len(currency) == 1 and unicodedata.category(currency) == "Sc"     # $, €, £, ¥
-        if currency and (not (word or symbol) or len(currency) > 12):
-            # '5.' was 5 in currency '.', '2.5e' in currency 'e', '2.5 USD/h' in 'USD/h'
-            raise SpecError(f"--price-per-gpu-hour: the currency must be a name of letters such as USD or EUR, or "
-                            f"a currency sign such as $ (at most 12 characters), got {currency[:20]!r}")
+        problem = currency_problem(currency)      # '2.5e' is no currency 'e', '2.5 USD/h' none 'USD/h'
+        if problem:
+            raise SpecError(f"--price-per-gpu-hour: {problem}")
     if not 0 <= amount <= 1e6:          # the cluster file's range
         raise SpecError(f"--price-per-gpu-hour must be an amount from 0 to 1e6 per GPU-hour, got {value!r}")
     return amount, {"$": "USD", "€": "EUR", "£": "GBP"}.get(currency, currency)

@@ -201,10 +201,14 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             prefix = f"--storage {public_storage(store)!r}: "
             if storage or not out or not str(exc).startswith(prefix):
                 raise
-            # the study file is the default one beside --out: the user gave no --storage to blame
-            what = str(exc)[len(prefix):].split("; give ")[0]
-            raise SpecError(f"the study file --out {out} keeps beside it: {what}; move that file away, or give "
-                            "--storage") from None
+            # the study file is the default one beside --out: the user gave no --storage to blame. A file
+            # that was there already is in the way; otherwise the message's own fix holds (a path too long
+            # for SQLite was told to 'move that file away', which did not exist)
+            what, _, fix = str(exc)[len(prefix):].partition("; ")
+            default = sqlite_file(store)
+            if (default is not None and default.exists() and made_here is None) or not fix:
+                fix = "move that file away, or give --storage"
+            raise SpecError(f"the study file --out {out} keeps beside it: {what}; {fix}") from None
         except BaseException:
             if made_here is not None:
                 for suffix in ("", "-journal", "-wal", "-shm"):

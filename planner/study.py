@@ -333,13 +333,24 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
     and check it was made for these inputs by this planner's encoding. Returns (study, storage, created)."""
     shown = public_storage(storage_url)
     text = str(storage_url or "")
+    if _is_sqlite(text) and "://" not in text:
+        # 'sqlite:x.db' (slashes left out) was called an in-memory database
+        typed = text if "@" not in text else shown
+        raise SpecError(f"--storage {typed[:60]!r}: an SQLite URL is sqlite:///FILE.db (a colon, three slashes, "
+                        "then the file)")
     if _is_sqlite(text) and sqlite_file(text) is None:
-        after = text.split("://", 1)[1] if "://" in text else ""
+        after = text.split("://", 1)[1]
         if after.strip("/") and after.strip("/") != ":memory:" and ":///" not in text:
             raise SpecError(f"--storage {shown!r}: an SQLite URL takes a file, not a user, password or host; write "
                             "sqlite:///FILE.db (three slashes, then the file)")
-        raise SpecError(f"--storage {shown!r} is an in-memory SQLite database, which holds no study past "
+        typed = text if not after.strip("/") or after.strip("/") == ":memory:" else shown   # nothing secret in it
+        raise SpecError(f"--storage {typed[:40]!r} is an in-memory SQLite database, which holds no study past "
                         "this run; give a file (sqlite:///studies.db), or leave --storage out for the default")
+    db = sqlite_file(text)
+    if db is not None and db.is_dir():
+        # 'sqlite:////' names the root folder ('' was said to exist and not be a regular file)
+        raise SpecError(f"--storage {shown!r}: the URL names the folder '{db.name or db}', not a file; give an "
+                        "SQLite file in it (sqlite:///FOLDER/studies.db)")
     try:
         storage = make_storage(optuna, storage_url)
     except ImportError as exc:

@@ -20,6 +20,19 @@ from .shell import args_block, comment_text, env_assignment
 LAUNCHERS = ("deepspeed", "torchrun")
 
 
+
+# The folder of the script file itself: a symbolic link to launch.sh (ln -s job/launch.sh ~/run.sh) is
+# followed link by link (readlink without -f, which BSD lacks) before its folder is taken, so the
+# script finds its ds_config.json and hostfile, not files beside the link. CDPATH= keeps `cd` from
+# printing a folder into the result; `--` keeps a name starting with '-' from being read as an option.
+SCRIPT_DIR_LINES = """SCRIPT_PATH="${BASH_SOURCE[0]}"
+while [ -L "$SCRIPT_PATH" ]; do
+  LINK_DIR="$(CDPATH= cd -P -- "$(dirname -- "$SCRIPT_PATH")" && pwd -P)"
+  SCRIPT_PATH="$(readlink -- "$SCRIPT_PATH")"
+  case "$SCRIPT_PATH" in /*) ;; *) SCRIPT_PATH="$LINK_DIR/$SCRIPT_PATH" ;; esac
+done
+SCRIPT_DIR="$(CDPATH= cd -P -- "$(dirname -- "$SCRIPT_PATH")" && pwd -P)\""""
+
 def _launcher(launcher: str) -> str:
     if launcher not in LAUNCHERS:
         raise SpecError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
@@ -94,7 +107,7 @@ def launch_script(result, job: Job, launcher: str) -> str:
 set -euo pipefail
 
 {_settings_block(job.argv, launcher, nodes, gpn, checkpoint=True)}
-SCRIPT_DIR="$(CDPATH= cd -P -- "$(dirname -- "${{BASH_SOURCE[0]}}")" && pwd -P)"
+{SCRIPT_DIR_LINES}
 DS_CONFIG="$SCRIPT_DIR/ds_config.json"
 cd "$SCRIPT_DIR"   # the deepspeed launcher reads .deepspeed_env from here
 {env_lines}
@@ -172,7 +185,7 @@ ARGS=(
 set -uo pipefail
 
 {_settings_block(argv_all, launcher, nodes, gpn, checkpoint=False)}
-SCRIPT_DIR="$(CDPATH= cd -P -- "$(dirname -- "${{BASH_SOURCE[0]}}")" && pwd -P)"
+{SCRIPT_DIR_LINES}
 mkdir -p "$SCRIPT_DIR/probe"
 cd "$SCRIPT_DIR/probe"   # the deepspeed launcher reads probe/.deepspeed_env from here
 FAILED=0

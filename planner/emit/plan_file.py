@@ -165,6 +165,15 @@ def _check_rendered_fields(data: dict, case: dict, path) -> None:
     ties = data.get("ties")
     if isinstance(ties, dict) and not all(isinstance(v, str) for v in (ties.get("separate_by") or {}).values()):
         damaged("ties.separate_by must map ranks to sentences")
+    from ..arguments import currency_problem
+    cost = data.get("cost")
+    if cost is not None and not isinstance(cost, dict):
+        damaged("cost is not a mapping")
+    for where, currency in (("cost.currency", (cost or {}).get("currency", "")),
+                            ("inputs.cluster.currency", (data["inputs"].get("cluster") or {}).get("currency", ""))):
+        problem = currency_problem(currency)
+        if problem:
+            damaged(f"{where}: {problem}")
     for key in ("defaults_used", "warnings"):
         if not isinstance(data.get(key, []), list):
             raise SpecError(f"plan file '{path}' is damaged: {key} must be a list; re-run `planner plan --out`")

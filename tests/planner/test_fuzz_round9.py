@@ -130,9 +130,10 @@ def test_a_config_json_without_its_ffn_width_is_refused(tmp_path):
                   fragment)
 
 
-@pytest.mark.parametrize("price", ["5.", "2.5e", "2.5 USD/h"])
+@pytest.mark.parametrize("price", ["2.5e", "2.5 USD/h"])
 def test_a_price_with_a_currency_that_is_not_one_is_refused(tmp_path, price):
-    """'5.' was 5 in currency '.', '2.5e' 2.5 in currency 'e'."""
+    """'2.5e' was 2.5 in currency 'e' ('5.', 5 in currency '.', is refused as a cut amount since round 11:
+    test_fuzz_round11.py)."""
     one_error(run(*OPTUNA[:9], "--price-per-gpu-hour", price, "--out", tmp_path / "job"),
               "the currency must be a name of letters")
 

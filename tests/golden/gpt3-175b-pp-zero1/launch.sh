@@ -27,7 +27,13 @@ LAUNCHER=${LAUNCHER:-deepspeed}
 # ---------------------------------------------------------------------------------------------
 NODES=32
 GPUS_PER_NODE=8
-SCRIPT_DIR="$(CDPATH= cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
+SCRIPT_PATH="${BASH_SOURCE[0]}"
+while [ -L "$SCRIPT_PATH" ]; do
+  LINK_DIR="$(CDPATH= cd -P -- "$(dirname -- "$SCRIPT_PATH")" && pwd -P)"
+  SCRIPT_PATH="$(readlink -- "$SCRIPT_PATH")"
+  case "$SCRIPT_PATH" in /*) ;; *) SCRIPT_PATH="$LINK_DIR/$SCRIPT_PATH" ;; esac
+done
+SCRIPT_DIR="$(CDPATH= cd -P -- "$(dirname -- "$SCRIPT_PATH")" && pwd -P)"
 DS_CONFIG="$SCRIPT_DIR/ds_config.json"
 cd "$SCRIPT_DIR"   # the deepspeed launcher reads .deepspeed_env from here
 export CUDA_DEVICE_MAX_CONNECTIONS=1
