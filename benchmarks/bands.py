@@ -101,14 +101,15 @@ def component_table(rows):
 
 
 def thin_constants(report, records):
-    """Fitted constants constrained by fewer than THIN_RUNS runs or THIN_SOURCES sources, with the
-    range their LOSO refits took (and the catalog value)."""
+    """Fitted constants constrained by fewer than THIN_RUNS runs or THIN_SOURCES sources (runs whose
+    step time responds to the constant: fit.provenance), with the range their LOSO refits took (and
+    the catalog value)."""
     import fit as fitmod
 
     prepared = cases(records)
     current = fitmod.current_values(prepared)
     out = []
-    for k, (p, (runs, sources)) in enumerate(zip(fitmod.PARAMETERS, fitmod.provenance(records))):
+    for k, (p, (runs, sources, _)) in enumerate(zip(fitmod.PARAMETERS, fitmod.provenance(records))):
         if runs >= THIN_RUNS and len(sources) >= THIN_SOURCES:
             continue
         values = [v[k] for v in report["loso_refits"].values()] + [float(current[k])]
@@ -201,8 +202,9 @@ def band_terms(table_fn, rows, records, prepared, report):
             est = estimate(case.model, case.cluster, case.framework, case.layout)
             comps = B.components(case.framework.name, case.layout, case.cluster)
             r_lo, r_hi, _, _ = B.residual_offsets(comps, table)
+            # the case carries the source's LOSO refit, not the catalog's values: vary them all the same
             down, up, _ = B.thin_constant_offsets(case.model, case.cluster, case.framework, case.layout,
-                                                  est.step_time_s, table)
+                                                  est.step_time_s, table, only_catalog=False)
             step = comparable_step_s(records[by_id[row["id"]]], case, est.step_time_s)
             out.append((source, step, row["measured"], r_lo, r_hi, down, up))
     return out

@@ -16,7 +16,8 @@ Before that, and not on step times: NCCL's per-step and per-call latencies and t
 efficiency are fitted to measured all-reduce times (`COLLECTIVE_PARAMETERS`, benchmarks/data/nccl);
 with `--write` the step-time fit then sees them.
 
-`--write` puts the values into the catalog YAML files with a provenance comment (records, sources);
+`--write` puts the values into the catalog YAML files with a provenance comment (the runs and sources
+whose step time responds to each constant, `provenance`);
 tests/costmodels/test_provenance.py checks that every constant a catalog file calls FITTED is one
 that this script fits. `fit()` and `PARAMETERS` are also used by benchmarks/validate.py for the
 leave-one-source-out refits.
@@ -250,26 +251,63 @@ def _constrained(parameters, prepared):
     return np.array(out)
 
 
-def provenance(records, parameters=PARAMETERS):
-    """For each parameter: (runs, sources) of the records whose prediction it enters."""
-    prepared = cases(records)
+# A run constrains a constant when its predicted step time responds to it: a 50% change of the
+# constant moves the run's step by 1% or more (elasticity |d log t / d log c| >= 0.02; measured with a
+# 10% step at the catalog values; overheads and efficiencies differ between clusters by that much). A run the constant merely enters (the iteration overhead of a
+# 100-second step, the host time of a GPU-bound run) says nothing about its value, and counting it
+# made the host time per kernel read "1703 runs from 11 sources" where 950 runs of 2 sources set it.
+ELASTICITY_MIN = 0.02
+
+
+def _uses(p: Parameter, records, prepared) -> list[bool]:
+    """Whether parameter `p` enters each record's prediction (its GPU family / framework, its feature)."""
     out = []
-    for p in parameters:
+    for r, c in zip(records, prepared):
         if p.kind == "gpu":
-            hit = [r for r, c in zip(records, prepared) if _family(c.cluster.gpu.name) in p.groups]
+            hit = _family(c.cluster.gpu.name) in p.groups
         elif p.kind == "fw":
-            hit = [r for r, c in zip(records, prepared) if c.framework.name in p.groups]
+            hit = c.framework.name in p.groups
         else:
-            hit = list(records)
+            hit = True
         if p.field.startswith("zero3"):
-            hit = [r for r in hit if r.case["parallel"].get("zero_stage") == 3]
+            hit = hit and r.case["parallel"].get("zero_stage") == 3
         elif p.field == "attention_efficiency":
-            hit = [r for r in hit if r.case["parallel"].get("flash_attention")]
+            hit = hit and bool(r.case["parallel"].get("flash_attention"))
         elif p.field == "fp8_gemm_speedup":
-            hit = [r for r in hit if r.case["parallel"].get("precision") == "fp8"]
+            hit = hit and r.case["parallel"].get("precision") == "fp8"
         elif p.field == "iteration_overhead_s":      # not in runs measured without it (vTrain single-node)
-            hit = [r for r in hit if "iteration_overhead" not in r.step_excludes]
-        out.append((len(hit), sorted({r.source for r in hit})))
+            hit = hit and "iteration_overhead" not in r.step_excludes
+        out.append(hit)
+    return out
+
+
+def elasticities(records, parameters=PARAMETERS, values=None, prepared=None) -> np.ndarray:
+    """|d log(step) / d log(constant)| per (parameter, record), from a 10% step of each constant at
+    `values` (default: the catalog's)."""
+    prepared = prepared if prepared is not None else cases(records)
+    x = current_values(prepared, parameters) if values is None else np.asarray(values, dtype=float)
+    steps = lambda v: np.array([r.predicted_step_s for r in  # noqa: E731
+                                evaluate(records, overrides=make_overrides(v, parameters), prepared=prepared)])
+    base = steps(x)
+    out = np.zeros((len(parameters), len(records)))
+    for k in range(len(parameters)):
+        moved = x.copy()
+        moved[k] *= 1.1
+        out[k] = np.abs(np.log(steps(moved) / base)) / np.log(1.1)
+    return out
+
+
+def provenance(records, parameters=PARAMETERS, values=None):
+    """For each parameter: (runs, sources, used) where runs and sources are those of the records whose
+    step time responds to it (ELASTICITY_MIN) and used the number of records it enters at all."""
+    records = [r for r in records if r.measured_step_s is not None]
+    prepared = cases(records)
+    e = elasticities(records, parameters, values, prepared)
+    out = []
+    for k, p in enumerate(parameters):
+        uses = _uses(p, records, prepared)
+        hit = [r for r, u, el in zip(records, uses, e[k]) if u and el >= ELASTICITY_MIN]
+        out.append((len(hit), sorted({r.source for r in hit}), sum(uses)))
     return out
 
 
@@ -296,8 +334,9 @@ def write_catalog(values, records, parameters=PARAMETERS, notes=None):
     """Replace each fitted constant's line in the catalog with the value and its provenance."""
     if notes is None:
         notes = [(f"FITTED (benchmarks/fit.py): {runs} runs from {len(sources)} sources "
-                  f"({', '.join(sources)}); shared by {', '.join(p.groups)}")
-                 for p, (runs, sources) in zip(parameters, provenance(records, parameters))]
+                  f"({', '.join(sources)}) whose step time responds to it (a 50% change moves it 1% or more), "
+                  f"of {used} runs it enters; shared by {', '.join(p.groups)}")
+                 for p, (runs, sources, used) in zip(parameters, provenance(records, parameters, values))]
     for p, v, note in zip(parameters, values, notes):
         for path in catalog_targets(p):
             text = path.read_text()
@@ -335,9 +374,10 @@ def main(argv=None):
                 obj.cache_clear()
         records = load_records(args.data)
     values = fit(records, prior_weight=args.prior_weight, iterations=args.iterations)
-    for p, v, (runs, sources) in zip(PARAMETERS, values, provenance(records)):
+    for p, v, (runs, sources, used) in zip(PARAMETERS, values, provenance(records, values=values)):
         print(f"{p.kind:8s} {'/'.join(p.groups)[:34]:34s} {p.field:24s} {_format(v, p.unit):>10s}   "
-              f"prior {_format(p.prior, p.unit)}; {runs} runs, {len(sources)} sources")
+              f"prior {_format(p.prior, p.unit)}; set by {runs} runs of {len(sources)} sources "
+              f"({', '.join(sources)}), enters {used}")
     summary = summarize(evaluate(records, overrides=make_overrides(values)))
     print(f"in-sample MAPE overall {summary['mape_overall']:.3f}, mean of sources "
           f"{summary['mape_mean_of_sources']:.3f}")

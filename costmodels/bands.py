@@ -159,13 +159,29 @@ def thin_constant_name(p: dict) -> str:
     return f"{p['field']} ({p['runs']} runs, {p['sources']} sources)"
 
 
+def _in_use(p: dict, cluster: ClusterSpec, framework: Framework):
+    """The value of thin constant `p` the estimate uses, or None where it does not apply."""
+    if p["kind"] == "fw":
+        return getattr(framework, p["field"], None) if framework.name in p["groups"] else None
+    if p["kind"] == "gpu":
+        return getattr(cluster.gpu, p["field"], None) if gpu_family(cluster.gpu.name) in p["groups"] else None
+    return None
+
+
 def vary_thin_constants(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout,
-                        table: dict | None = None):
-    """For each thin constant that applies to the layout: (entry, step time at its low, at its high)."""
+                        table: dict | None = None, only_catalog: bool = True):
+    """For each thin constant that applies to the layout: (entry, step time at its low, at its high).
+    With `only_catalog`, a constant whose value in use is not the catalog's is left alone: a
+    calibration (`planner calibrate`) or a file of one's own measured it for this cluster, and the
+    LOSO range says nothing about that value (a calibrated host time per kernel was varied back)."""
     from .estimate import estimate
 
     data = table if table is not None else load_bands()
     for p in data["step_time"].get("thin_constants", []):
+        value = _in_use(p, cluster, framework)
+        if only_catalog and value is not None and p.get("catalog") and \
+                abs(float(value) / float(p["catalog"]) - 1.0) > 2e-3:     # the file keeps 4 digits
+            continue
         times = []
         for value in (p["low"], p["high"]):
             changed = _with_constant(p, float(value), cluster, framework)
@@ -177,11 +193,12 @@ def vary_thin_constants(model: ModelSpec, cluster: ClusterSpec, framework: Frame
 
 
 def thin_constant_offsets(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout,
-                          step_s: float, table: dict | None = None) -> tuple[float, float, tuple[str, ...]]:
+                          step_s: float, table: dict | None = None,
+                          only_catalog: bool = True) -> tuple[float, float, tuple[str, ...]]:
     """Rule 2: vary each thin constant over its LOSO range; (log down, log up, names that mattered)."""
     down = up = 0.0
     names = []
-    for p, t_low, t_high in vary_thin_constants(model, cluster, framework, layout, table):
+    for p, t_low, t_high in vary_thin_constants(model, cluster, framework, layout, table, only_catalog):
         times = (t_low, t_high)
         lo, hi = math.log(min(times) / step_s), math.log(max(times) / step_s)
         if max(abs(lo), abs(hi)) < 1e-3:

@@ -118,3 +118,25 @@ def test_no_catalog_file_names_a_key_twice():
     assert any(p.name == "error_bands.yaml" for p in paths)
     for path in paths:
         yaml.load(path.read_text(), Loader=_StrictLoader)
+
+
+def test_provenance_counts_the_runs_a_constant_moves_not_the_runs_it_enters(fit):
+    """The host time per kernel read "1703 runs from 11 sources" because every Megatron / torchtitan run
+    enters it; only vTrain's host-bound rows (and six ZeRO-3 runs with per-rank loops) respond to it.
+    A constant's runs are now those whose step moves 1% or more when it moves 50%."""
+    from planner.validation import load_records
+
+    records = [r for r in load_records() if r.source in ("vtrain", "bloom") and r.measured_step_s]
+    records = [r for r in records if r.source == "bloom"][:10] + [r for r in records if r.source == "vtrain"][:40]
+    prov = {(p.field, p.groups[0]): entry for p, entry in zip(fit.PARAMETERS, fit.provenance(records))}
+    runs, sources, used = prov[("host_overhead_s", "megatron-deepspeed")]
+    assert used == 50 and sources == ["vtrain"] and 0 < runs <= 40
+    runs, sources, used = prov[("gemm_efficiency", "A100")]        # both sources' GEMMs set it
+    assert sources == ["bloom", "vtrain"] and used == 50
+
+
+def test_the_catalog_says_which_sources_set_the_host_time():
+    text = (CATALOG / "frameworks" / "megatron-deepspeed.yaml").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("host_overhead:"))
+    assert re.search(r"FITTED \(benchmarks/fit\.py\): \d+ runs from 2 sources \(narayanan21, vtrain\) whose "
+                     r"step time responds to it", line), line
