@@ -344,6 +344,13 @@ def test_choices_for_a_knob_the_search_does_not_vary_are_refused():
         planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=32, choices={"nonsense": [1]})
 
 
+# A small model at micro batch 1 on 8 A100: its step is mostly the host issuing kernels.
+HOST_BOUND = {"model": {"name": "tiny", "num_layers": 12, "hidden_size": 512, "num_attention_heads": 8,
+                        "vocab_size": 32000, "seq_length": 512},
+              "cluster": {"gpu": "A100-80GB", "num_gpus": 8},
+              "parallel": {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64}}
+
+
 def test_host_bound_constants_are_thin_and_widen_a_small_models_band():
     """Since fit.provenance counts the runs a constant moves, the host time per kernel (set by vTrain
     alone, with six ZeRO-3 runs) is a thin constant: a host-bound layout's band opens towards the
@@ -353,10 +360,7 @@ def test_host_bound_constants_are_thin_and_widen_a_small_models_band():
 
     thin = {p["field"] for p in B.load_bands()["step_time"]["thin_constants"]}
     assert {"host_overhead_s", "microbatch_overhead_s"} <= thin
-    small = estimate({"model": {"name": "tiny", "num_layers": 12, "hidden_size": 512, "num_attention_heads": 8,
-                                "vocab_size": 32000, "seq_length": 512},
-                      "cluster": {"gpu": "A100-80GB", "num_gpus": 8},
-                      "parallel": {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64}})
+    small = estimate(HOST_BOUND)
     names = small.bands["error_band"]["thin_constants"]
     assert any(n.startswith("host_overhead_s") for n in names), names
     big = estimate({"model": "llama3.1-70b", "cluster": {"gpu": "H100-SXM", "num_gpus": 64},
@@ -373,10 +377,7 @@ def test_a_calibrated_constant_is_not_varied_back_to_the_catalogs_range():
     from costmodels.estimate import estimate as raw_estimate
     from planner.api import estimate
 
-    case = estimate({"model": {"name": "tiny", "num_layers": 12, "hidden_size": 512, "num_attention_heads": 8,
-                               "vocab_size": 32000, "seq_length": 512},
-                     "cluster": {"gpu": "A100-80GB", "num_gpus": 8},
-                     "parallel": {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64}}).case
+    case = estimate(HOST_BOUND).case
     fw = replace(case.framework, host_overhead_s=80e-6)
     varied = {p["field"] for p, _, _ in B.vary_thin_constants(case.model, case.cluster, fw, case.layout)}
     assert "host_overhead_s" not in varied
