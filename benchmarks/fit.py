@@ -330,13 +330,15 @@ def catalog_targets(p: Parameter) -> list[Path]:
     return [CATALOG / "gpus" / f"{f}.yaml" for fam in p.groups for f in FAMILY_FILES[fam]]
 
 
-def write_catalog(values, records, parameters=PARAMETERS, notes=None):
-    """Replace each fitted constant's line in the catalog with the value and its provenance."""
+def write_catalog(values, records, parameters=PARAMETERS, notes=None, prov=None):
+    """Replace each fitted constant's line in the catalog with the value and its provenance (`prov`:
+    provenance(records, parameters, values), computed here if not given)."""
     if notes is None:
+        prov = prov if prov is not None else provenance(records, parameters, values)
         notes = [(f"FITTED (benchmarks/fit.py): {runs} runs from {len(sources)} sources "
                   f"({', '.join(sources)}) whose step time responds to it (a 50% change moves it 1% or more), "
                   f"of {used} runs it enters; shared by {', '.join(p.groups)}")
-                 for p, (runs, sources, used) in zip(parameters, provenance(records, parameters, values))]
+                 for p, (runs, sources, used) in zip(parameters, prov)]
     for p, v, note in zip(parameters, values, notes):
         for path in catalog_targets(p):
             text = path.read_text()
@@ -374,7 +376,8 @@ def main(argv=None):
                 obj.cache_clear()
         records = load_records(args.data)
     values = fit(records, prior_weight=args.prior_weight, iterations=args.iterations)
-    for p, v, (runs, sources, used) in zip(PARAMETERS, values, provenance(records, values=values)):
+    prov = provenance(records, values=values)     # the elasticities take a dozen evaluations: once
+    for p, v, (runs, sources, used) in zip(PARAMETERS, values, prov):
         print(f"{p.kind:8s} {'/'.join(p.groups)[:34]:34s} {p.field:24s} {_format(v, p.unit):>10s}   "
               f"prior {_format(p.prior, p.unit)}; set by {runs} runs of {len(sources)} sources "
               f"({', '.join(sources)}), enters {used}")
@@ -384,7 +387,7 @@ def main(argv=None):
     for s, v in summary["mape_by_source"].items():
         print(f"  {s:14s} {v:.3f}")
     if args.write:
-        write_catalog(values, records)
+        write_catalog(values, records, prov=prov)
         print("catalog updated")
 
 

@@ -141,24 +141,6 @@ def residual_offsets(comps: list[str], table: dict | None = None) -> tuple[float
     return scale * r_lo, scale * r_hi, lo_by, hi_by
 
 
-def _with_constant(p: dict, value: float, cluster: ClusterSpec, framework: Framework):
-    """(cluster, framework) with one fitted constant set to `value`, or None if it does not apply."""
-    groups = p["groups"]
-    if p["kind"] == "fw":
-        if framework.name not in groups:
-            return None
-        return cluster, replace(framework, **{p["field"]: value})
-    if p["kind"] == "gpu":
-        if gpu_family(cluster.gpu.name) not in groups:
-            return None
-        return replace(cluster, gpu=replace(cluster.gpu, **{p["field"]: value})), framework
-    return None
-
-
-def thin_constant_name(p: dict) -> str:
-    return f"{p['field']} ({p['runs']} runs, {p['sources']} sources)"
-
-
 def _in_use(p: dict, cluster: ClusterSpec, framework: Framework):
     """The value of thin constant `p` the estimate uses, or None where it does not apply."""
     if p["kind"] == "fw":
@@ -166,6 +148,19 @@ def _in_use(p: dict, cluster: ClusterSpec, framework: Framework):
     if p["kind"] == "gpu":
         return getattr(cluster.gpu, p["field"], None) if gpu_family(cluster.gpu.name) in p["groups"] else None
     return None
+
+
+def _with_constant(p: dict, value: float, cluster: ClusterSpec, framework: Framework):
+    """(cluster, framework) with one fitted constant set to `value`, or None if it does not apply."""
+    if _in_use(p, cluster, framework) is None:
+        return None
+    if p["kind"] == "fw":
+        return cluster, replace(framework, **{p["field"]: value})
+    return replace(cluster, gpu=replace(cluster.gpu, **{p["field"]: value})), framework
+
+
+def thin_constant_name(p: dict) -> str:
+    return f"{p['field']} ({p['runs']} runs, {p['sources']} sources)"
 
 
 def vary_thin_constants(model: ModelSpec, cluster: ClusterSpec, framework: Framework, layout: Layout,

@@ -525,8 +525,9 @@ def _bandwidth(value: float, key: str) -> float:
     return value
 
 
-def cluster_from_dict(d: dict) -> ClusterSpec:
-    """Cluster YAML: `gpu` (catalog name or mapping) plus overrides of its typical system."""
+def cluster_from_dict(d: dict, gpus_per_node: int | None = None) -> ClusterSpec:
+    """Cluster YAML: `gpu` (catalog name or mapping) plus overrides of its typical system; `gpus_per_node`
+    (--gpus-per-node) overrides the file's node size."""
     if not isinstance(d, dict):
         raise SpecError(f"cluster: expected a GPU name, a file or a mapping, got {type(d).__name__}")
     check_known_keys(d, _CLUSTER_KEYS, "cluster")
@@ -535,6 +536,8 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
     gpu = gpu_from_dict(gpu_raw)
     system = dict(gpu_raw.get("system", {}) or {})
     system.update({k: v for k, v in d.items() if k != "gpu" and v is not None})
+    if gpus_per_node is not None:
+        system["gpus_per_node"] = gpus_per_node
     q = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}")  # noqa: E731
     num_gpus = system.get("num_gpus", system.get("gpus_per_node", 8))
     gpn = system.get("gpus_per_node", 8)
@@ -544,13 +547,16 @@ def cluster_from_dict(d: dict) -> ClusterSpec:
     num_gpus, gpn = int(num_gpus), int(gpn)                  # numpy ints too
     domain = parse_number(system.get("nvlink_domain", gpn), what="cluster nvlink_domain", low=1,
                           high=1_000_000, integer=True)
+    # An NVLink domain lies inside the nodes it was described with (DGX / HGX, the bridged pairs of PCIe
+    # cards) or spans them (GB200 NVL72: 72 over nodes of 4). Inside, it shrinks with smaller nodes: 64
+    # H100 as 16 nodes of 4 kept the 8-GPU domain (tp 8 across two nodes priced at NVLink speed),
+    # H100-PCIe in nodes of 1 its bridged pair, a file of 8-GPU nodes with nvlink_domain 8 run with
+    # --gpus-per-node 4 its 8. The nodes it was described with: the file's, where the file sets the
+    # domain (else the GPU's typical system's).
     typical = gpu_raw.get("system", {}) or {}
-    if ("nvlink_domain" not in d or d.get("nvlink_domain") is None) \
-            and _inside_node(typical.get("nvlink_domain"), typical.get("gpus_per_node")) and gpn < domain:
-        # NVLink inside a node (DGX / HGX, or the bridged pairs of PCIe cards): nodes of fewer GPUs have
-        # a smaller domain (64 H100 as 16 nodes of 4 kept the 8-GPU domain: tp 8 across two nodes was
-        # priced at NVLink speed; H100-PCIe in nodes of 1 kept its bridged pair). A rack-scale domain
-        # (GB200 NVL72: 72 over nodes of 4) spans nodes and is kept.
+    described_by = d if d.get("nvlink_domain") is not None else typical
+    described = described_by.get("gpus_per_node", typical.get("gpus_per_node", 8))
+    if gpn < domain and _inside_node(domain, described):
         domain = gpn
     bw = lambda k, default, positive=True: _bandwidth(parse_quantity(system.get(k, default),  # noqa: E731
                                                                      what=f"cluster {k}", dim="bytes/s",
@@ -601,9 +607,7 @@ def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = N
             d = {"gpu": _not_a_preset_name("gpu", d, ref)}
     if num_gpus is not None:
         d["num_gpus"] = num_gpus
-    if gpus_per_node is not None:
-        d = _shrink_node(d, gpus_per_node)
-    return cluster_from_dict(d)
+    return cluster_from_dict(d, gpus_per_node)
 
 
 def _inside_node(domain, gpus_per_node) -> bool:
@@ -613,30 +617,6 @@ def _inside_node(domain, gpus_per_node) -> bool:
         return float(domain) <= float(gpus_per_node)
     except (TypeError, ValueError):
         return False
-
-
-def _shrink_node(d: dict, gpus_per_node) -> dict:
-    """A cluster file's nodes made smaller (--gpus-per-node): an NVLink domain the file set inside its
-    own nodes shrinks with them (a file of 8-GPU HGX nodes with nvlink_domain 8, run as nodes of 4,
-    priced tp 8 across two nodes at NVLink speed). A domain larger than the file's nodes is rack-scale
-    and kept; cluster_from_dict does the same for the GPU's typical system."""
-    d = dict(d)
-    domain = d.get("nvlink_domain")
-    if domain is not None and not isinstance(domain, bool):
-        described = d.get("gpus_per_node")
-        if described is None:
-            try:
-                described = (_lookup("gpu", d["gpu"]).get("system") or {}).get("gpus_per_node", 8)
-            except Exception:      # noqa: BLE001 - cluster_from_dict reports a bad GPU itself
-                described = None
-        try:
-            smaller = isinstance(gpus_per_node, numbers.Integral) and gpus_per_node < float(domain)
-        except (TypeError, ValueError):
-            smaller = False       # cluster_from_dict refuses a domain that is not a number
-        if smaller and _inside_node(domain, described):
-            d["nvlink_domain"] = gpus_per_node
-    d["gpus_per_node"] = gpus_per_node
-    return d
 
 
 _MODEL_KEYS = {"name", "num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
