@@ -32,6 +32,21 @@ from .types import ClusterSpec
 from .types import FP32, GC_1BIT, GC_16BIT, GC_FP32, GC_ZEROPP  # named enum codes
 
 
+# Thread blocks an NCCL collective keeps resident while it runs, one per channel. ASSUMED: 24, what
+# Nsight Systems shows an FSDP-style ncclAllGather launch on H100 beside a GEMM
+# (forums.developer.nvidia.com/t/compute-communication-overlap-causes-severe-gemm-performance-degradation-because-of-tail-effect/337991);
+# 24 of 132 SMs is 18%, of A100's 108 22%, beside the 18.9% mean compute slowdown measured under
+# overlap on A100 and H100 (Lee et al. 2025, arXiv:2507.03114, abstract).
+NCCL_THREAD_BLOCKS = 24.0
+
+
+def overlap_slowdown(hidden_s, cluster: ClusterSpec):
+    """Seconds a collective still costs while it hides under compute: its thread blocks hold
+    NCCL_THREAD_BLOCKS SMs for as long as it runs, so the compute it overlaps runs on the other SMs
+    and takes (blocks / SMs) of the hidden time longer (arXiv:2507.03114 measures that slowdown)."""
+    return hidden_s * min(NCCL_THREAD_BLOCKS / cluster.gpu.num_sms, 1.0)
+
+
 def members_per_domain(size, stride, domain):
     """Members of a group of `size` ranks, `stride` apart, that share one NVLink domain."""
     size = asf(size)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from .vec import asf, ceil, maximum, where
 
 from . import compute, memory, steptime
-from .comm import (all_gather_time, members_per_domain, p2p_time, reduce_scatter_time, grad_comm_bytes_per_param,
-                   weight_gather_bytes_per_param, zeropp_quantisation_bytes_per_param)
+from .comm import (all_gather_time, members_per_domain, overlap_slowdown, p2p_time, reduce_scatter_time,
+                   grad_comm_bytes_per_param, weight_gather_bytes_per_param, zeropp_quantisation_bytes_per_param)
 from .layout_memory import saved_layer_bytes
 from .stages import Knobs, StageParams, Stages, recomputed_layers
 from .types import ClusterSpec, Framework, ModelSpec
@@ -228,6 +228,14 @@ def zero3_rank_loop_time(c: ClusterSpec, fw: Framework, k: Knobs, gathers, calls
     return (gathers * gather_calls + reduce_calls) * asf(k.shard) * per_rank_call
 
 
+def _hidden_and_exposed(c: ClusterSpec, comm, window):
+    """Seconds a collective of `comm` seconds costs beside a compute `window` it may hide under: the
+    part that does not fit in the window, plus the slowdown its SMs cause to the compute while the rest
+    hides (comm.overlap_slowdown)."""
+    exposed = maximum(comm - window, 0.0)
+    return exposed + overlap_slowdown(comm - exposed, c)
+
+
 @dataclass(frozen=True, slots=True)
 class Zero3:
     """Exposed ZeRO-3 / FSDP communication."""
@@ -249,15 +257,17 @@ def zero3_communication(c: ClusterSpec, fw: Framework, k: Knobs, stages: Stages,
     # Gathers of layer i+1 are prefetched under layer i's compute; each pass's first layer waits for
     # its own gather (one layer's share of the micro-batch's traffic stays exposed).
     # (counted once: the rest hides under compute as far as the framework overlaps at all).
+    # What hides still slows the compute under it (comm.overlap_slowdown).
     z3_first = z3 / maximum(asf(stages.mid), 1.0)
-    z3_exposed = where(k.zero >= ZERO3, z3_first + maximum(z3 - z3_first - fw.zero3_overlap * mb_compute, 0.0), 0.0)
+    z3_exposed = where(k.zero >= ZERO3, z3_first + _hidden_and_exposed(c, z3 - z3_first, fw.zero3_overlap * mb_compute),
+                       0.0)
     # FSDP2 under a pipeline schedule (torchtitan): weights gathered once per step and kept, gradients
     # reduce-scattered once, at the last micro-batch (fw.fsdp_pp_unsharded; see its catalog note).
     keep_unsharded = (k.zero >= ZERO3) & (k.pp > 1) & bool(fw.fsdp_pp_unsharded)
     z3_once = zero3_gather_reduce_time(c, fw, k, sp, vol, 1.0, calls)
     once_first = z3_once / maximum(asf(stages.mid), 1.0)
-    z3_step = where(keep_unsharded, once_first + maximum(z3_once - once_first - fw.zero3_overlap * mb_compute, 0.0),
-                    0.0)
+    z3_step = where(keep_unsharded,
+                    once_first + _hidden_and_exposed(c, z3_once - once_first, fw.zero3_overlap * mb_compute), 0.0)
     z3_exposed = where(keep_unsharded, 0.0, z3_exposed)
     return Zero3(per_microbatch=z3_exposed, per_step=z3_step, keep_unsharded=keep_unsharded)
 
@@ -283,7 +293,7 @@ def zero2_communication(c: ClusterSpec, k: Knobs, sp: StageParams, vol: CommVolu
     """Exposed seconds per micro-batch of ZeRO-2's gradient reduce-scatter."""
     k_dp = members_per_domain(k.shard, k.tp, c.nvlink_domain)
     z2_rs = reduce_scatter_time(sp.per_gpu * vol.grad_bytes, k.shard, k_dp, c)
-    return where(k.zero == ZERO2, maximum(z2_rs - overlap.window, 0.0), 0.0)
+    return where(k.zero == ZERO2, _hidden_and_exposed(c, z2_rs, overlap.window), 0.0)
 
 
 def param_offload_time(c: ClusterSpec, fw: Framework, k: Knobs, sp: StageParams, vol: CommVolumes, mb_compute):
@@ -356,8 +366,9 @@ def dp_step_sync(c: ClusterSpec, fw: Framework, k: Knobs, sp: StageParams, vol: 
     grad_sync = where(k.zero >= ZERO2, 0.0, grad_sync)          # ZeRO-2/3 reduced per micro-batch
     weight_sync = where(k.zero >= ZERO3, 0.0, weight_sync)      # ZeRO-3 gathers per micro-batch
     window = overlap.window                                     # last micro-batch's backward
-    return (maximum(grad_sync - window, 0.0)
-            + weight_sync * (1.0 - fw.param_gather_overlap))
+    return (_hidden_and_exposed(c, grad_sync, window)
+            + weight_sync * (1.0 - fw.param_gather_overlap)
+            + overlap_slowdown(weight_sync * fw.param_gather_overlap, c))
 
 
 def optimizer_time(c: ClusterSpec, k: Knobs, sp: StageParams):

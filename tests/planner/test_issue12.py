@@ -301,9 +301,14 @@ def test_runner_ups_are_the_best_of_other_families():
 
     res = api_plan("llama2-13b", "A100-80GB", gpus=8, global_batch=64, top_k=8, advice=False)
     fams = [p.family for p in res.plans]
-    assert len(set(fams)) == len(fams) == 8                       # one plan per family here
-    assert "ZeRO-3" in fams
     objs = [p.objective[0] for p in res.plans]
+    if any(w.startswith("picked for memory safety") for w in res.why):
+        # tie-break rule 1 (planner.ties.safe_first): the faster OOM-risk layout of the best's
+        # family is shown second, the rest are one per family in rank order
+        assert fams[1] == fams[0] and objs[1] < objs[0]
+        fams, objs = fams[:1] + fams[2:], objs[:1] + objs[2:]
+    assert len(set(fams)) == len(fams) >= 7                       # one plan per family here
+    assert "ZeRO-3" in fams
     assert objs == sorted(objs)                                   # still best first
     for p in res.plans:
         offloads = ("offload_optimizer", "offload_params", "offload_activations")
