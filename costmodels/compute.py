@@ -23,7 +23,7 @@ import numpy as np
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
 from .attention_schedule import deterministic_backward_extra_bytes, deterministic_backward_slowdown
-from .comm import all_reduce_time, members_per_domain
+from .comm import all_reduce_time, members_per_domain, overlap_slowdown
 from .gemm import gemm_time, on_distinct_rows
 from .memory import (SOFTMAX_FALLBACK_BYTES, SOFTMAX_FALLBACK_KERNELS, activation_bytes_per_element,
                      megatron_softmax_falls_back)
@@ -295,8 +295,10 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     host = fw.host_overhead_s
     gemm_fwd, gemm_bwd, wgrad_qkv, wgrad_fc1 = layer_gemm_times(m, gpu, tokens, tp, rate, speed)
     # Backward: pipelined (userbuffers) leaves 1/tp exposed; otherwise what the weight-gradient
-    # GEMMs do not hide (`backward_tp_exposed`). The smaller of the two.
-    bwd_tp = minimum(tp_pass * exposed, backward_tp_exposed(tp_pass, wgrad_qkv, wgrad_fc1, fw.tp_overlap, sp))
+    # GEMMs do not hide (`backward_tp_exposed`), plus the slowdown NCCL's SMs cause to those GEMMs
+    # while the rest hides (comm.overlap_slowdown). The smaller of the two.
+    in_order = backward_tp_exposed(tp_pass, wgrad_qkv, wgrad_fc1, fw.tp_overlap, sp)
+    bwd_tp = minimum(tp_pass * exposed, in_order + overlap_slowdown(tp_pass - in_order, cluster))
     fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=(elem + fb_fwd) / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass * exposed)
     # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for

@@ -401,9 +401,10 @@ def test_backward_tp_collectives_hide_behind_their_weight_gradient_gemms():
     args = dict(seq_len=4096.0, tp=8, flash=True, precision=BF16, sparsity=0)
     dgx = catalog.load_cluster("H100-SXM", num_gpus=64)
     # in a DGX without SP fc1's weight-gradient GEMM outlasts its all-reduce and the GQA QKV GEMM
-    # (h x 1.25h / tp) hides about 40% of its own; with SP the all-gathers add half the bytes, exposed
+    # (h x 1.25h / tp) hides about 40% of its own; with SP the all-gathers add half the bytes, exposed;
+    # what hides still costs 24/132 of its time (NCCL's SMs, comm.overlap_slowdown)
     fwd, bwd, _ = layer_phases(model, dgx, fw, tokens=4096.0, sp=False, **args)
-    assert 0.2 * float(fwd.tp_comm) < float(bwd.tp_comm) < 0.4 * float(fwd.tp_comm)
+    assert 0.3 * float(fwd.tp_comm) < float(bwd.tp_comm) < 0.5 * float(fwd.tp_comm)
     fwd_sp, bwd_sp, _ = layer_phases(model, dgx, fw, tokens=4096.0, sp=True, **args)
     assert float(bwd_sp.tp_comm) > 0.5 * float(fwd_sp.tp_comm)
     # tp across nodes (PCIe-class links, small micro-batch): the collectives outlast the GEMMs
@@ -673,6 +674,24 @@ def test_hidden_collectives_slow_the_compute_they_hide_under(monkeypatch):
                            NS(window=5.0, bf16_optimizer=False))
     assert fw.param_gather_overlap == 1.0
     assert float(sync) == pytest.approx((3.0 + 1.0) * 24 / 132)
+
+
+def test_hidden_backward_tp_collectives_slow_their_weight_gradient_gemms():
+    """Megatron's asynchronous input-gradient all-reduce hides under the weight-gradient GEMM, but its
+    NCCL thread blocks take SMs from that GEMM meanwhile (comm.overlap_slowdown): a fully hidden
+    backward all-reduce costs 24/132 of its time on H100. Was: nothing."""
+    from costmodels.comm import all_reduce_time
+    from costmodels.compute import layer_phases
+    from costmodels.types import BF16 as PREC
+    model = catalog.load_model("llama2-70b")
+    cluster = catalog.load_cluster("H100-SXM", num_gpus=8)
+    fw = catalog.load_framework("megatron-core")
+    assert fw.tp_overlap == 1.0
+    tokens = 8192.0
+    _, bwd, _ = layer_phases(model, cluster, fw, tokens=tokens, seq_len=4096, tp=2, sp=False, flash=True,
+                             precision=PREC, sparsity=0, tp_pipelined=False)
+    tp_pass = 2.0 * all_reduce_time(tokens * model.hidden * 2.0, 2, 2, cluster)
+    assert float(bwd.tp_comm) == pytest.approx(tp_pass * 24 / 132)      # hidden whole, not free
 
 
 def test_megatron_core_activation_offload_is_expressible_and_modelled():
