@@ -267,9 +267,9 @@ def read_yaml_file(path: str | os.PathLike, what: str) -> dict:
     return data
 
 
-def read_json_file(path: str | os.PathLike, what: str):
+def read_json_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTES):
     """A user's JSON file (config.json, plan.json): strict JSON (no NaN / Infinity), bounded nesting."""
-    text = read_text_file(path, what)
+    text = read_text_file(path, what, limit=limit)
 
     def constant(name):
         raise SpecError(f"{what} file '{path}' holds {name}, which is not a number JSON allows")
@@ -370,8 +370,8 @@ def gpu_from_dict(d: dict) -> GPU:
         raise SpecError(f"{what}: 'system' and 'fitted' must be mappings")
     q = lambda v, k, dim, positive=True: parse_quantity(v, what=f"{what} {k}", dim=dim, positive=positive,  # noqa: E731
                                                         maximum=GPU_MAXIMA.get(k))
-    frac = lambda k, default: parse_number(fitted.get(k, default), what=f"{what} fitted.{k}", low=0.0,  # noqa: E731
-                                           high=1.0, low_open=True)
+    frac = lambda k, default: parse_number(fitted.get(k, default), what=f"{what} fitted.{k}",  # noqa: E731
+                                           low=MIN_EFFICIENCY, high=1.0)
     speedup = lambda k: parse_number(fitted.get(k, 1.0), what=f"{what} fitted.{k}", low=1.0, high=16.0)  # noqa: E731
     return GPU(
         name=_printable_name(_name(_require(d, "name", what), "GPU name"), "GPU name"),
@@ -565,8 +565,9 @@ def cluster_from_dict(d: dict, gpus_per_node: int | None = None) -> ClusterSpec:
     # a latency above 1 s or a link below 1 MB/s is no interconnect (and would overflow the step time)
     latency = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}", dim="s",  # noqa: E731
                                                 maximum=1.0)
-    frac = lambda k, default: parse_number(system.get(k, default), what=f"cluster {k}", low=0.0,  # noqa: E731
-                                           high=1.0, low_open=True)
+    # an efficiency below 1% is no link (it overflowed step times into NaN and 200-digit predictions)
+    frac = lambda k, default: parse_number(system.get(k, default), what=f"cluster {k}", low=MIN_EFFICIENCY,  # noqa: E731
+                                           high=1.0)
     return ClusterSpec(
         gpu=gpu,
         num_gpus=num_gpus,
@@ -582,14 +583,27 @@ def cluster_from_dict(d: dict, gpus_per_node: int | None = None) -> ClusterSpec:
         pcie_bytes_per_s=bw("pcie_bandwidth", "16 GB/s"),
         host_memory_bytes=size("host_memory", "1024 GiB"),
         nvme_bytes=size("nvme", "0 B"),
-        nvme_bytes_per_s=bw("nvme_bandwidth", "0 GB/s", False),
+        nvme_bytes_per_s=_nvme_bandwidth(size("nvme", "0 B"), bw("nvme_bandwidth", "0 GB/s", False)),
         cpu_adam_params_per_s=parse_number(system.get("cpu_adam_params_per_s", 1.0e9),
-                                           what="cluster cpu_adam_params_per_s", low=0.0, low_open=True),
+                                           what="cluster cpu_adam_params_per_s", low=MIN_CPU_ADAM_PARAMS_PER_S),
         price_per_gpu_hour=parse_number(system.get("price_per_gpu_hour", 0.0),
                                         what="cluster price_per_gpu_hour (dollars per GPU-hour)", low=0.0,
                                         high=1e6),
         name=_name(system.get("name", gpu.name), "cluster name"),
     )
+
+
+MIN_EFFICIENCY = 0.01              # a fitted or given efficiency below 1% is no GPU or link
+MIN_CPU_ADAM_PARAMS_PER_S = 1.0e6  # DeepSpeed's CPU Adam runs about 1e9 parameters per second per node
+
+
+def _nvme_bandwidth(nvme_bytes: float, bytes_per_s: float) -> float:
+    """NVMe read/write bandwidth per node; required where the node has NVMe (0 would make NVMe
+    offload take forever instead of being refused)."""
+    if nvme_bytes > 0 and bytes_per_s <= 0:
+        raise SpecError("cluster nvme_bandwidth: the cluster has NVMe but no nvme_bandwidth; give the node's "
+                        "NVMe bandwidth, e.g. 'nvme_bandwidth: 25 GB/s'")
+    return bytes_per_s
 
 
 def load_cluster(ref, num_gpus: int | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
@@ -846,6 +860,20 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
         raise SpecError(f"model {data['name']}: {exc}") from None
 
 
+def _hf_model_name(name_or_path, model_type) -> str:
+    """The model's name from a config.json: a hub id ('meta-llama/Llama-3.1-8B') as written, a local
+    path (what save_pretrained records: '/home/alice/ckpt') reduced to its last folder, so no local
+    absolute path reaches an emitted file."""
+    text = str(name_or_path or "").strip()
+    if not text:
+        return str(model_type or "hf-model")
+    local = text.startswith(("/", "~", ".", "\\")) or "\\" in text or text.count("/") > 1 or \
+        (len(text) > 1 and text[1] == ":")
+    if local:
+        text = text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    return text or str(model_type or "hf-model")
+
+
 def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
     """Hugging Face config.json: Llama / Mistral / Qwen2 (silu -> SwiGLU, RMSNorm, RoPE),
     GPT-NeoX (gelu, LayerNorm, rotary), GPT-2 (n_embd / n_layer keys, learned positions)."""
@@ -879,7 +907,7 @@ def _model_from_hf(d: dict, name: str | None) -> ModelSpec:
     dropout = float(get("resid_pdrop", "hidden_dropout", default=0.0) or 0.0)
     attn_dropout = float(get("attn_pdrop", "attention_dropout", default=0.0) or 0.0)
     return ModelSpec(
-        name=name or str(get("_name_or_path", default=mt or "hf-model")),
+        name=name or _hf_model_name(get("_name_or_path", default=None), mt),
         num_layers=int(layers), hidden=int(hidden), ffn_hidden=int(ffn), num_heads=int(heads),
         num_kv_heads=int(get("num_key_value_heads", default=heads)),
         vocab=int(get("vocab_size", default=0)) or 0,

@@ -204,10 +204,13 @@ _FIELD = {"global_batch": re.compile(r"global batch size:\s+([0-9]{1,15}) \|"),
 _MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: " + _NUM + r" \| "
                   r"reserved: " + _NUM + r" \| max reserved: " + _NUM)
 # megatron/arguments.py _print_args: '  name ..... value'
-_ARG = re.compile(r"^\s+([a-z_0-9]+) \.+ (.*)$")
+# (a launcher may prefix every line: pdsh 'worker-0: ', torchrun --tee '[default0]:')
+_ARG = re.compile(r"^(?:\S{1,64}:)?\s+([a-z_0-9]+) \.+ (.*)$")
 CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attention_heads": "num_heads",
+                "num_key_value_heads": "num_kv_heads", "ffn_hidden_size": "ffn_hidden",
                 "seq_length": "seq_len", "tensor_model_parallel_size": "tp",
-                "pipeline_model_parallel_size": "pp", "micro_batch_size": "mbs", "global_batch_size": "gbs"}
+                "pipeline_model_parallel_size": "pp", "ds_sequence_parallel_size": "cp",
+                "micro_batch_size": "mbs", "global_batch_size": "gbs", "zero_stage": "zero"}
 WARMUP_ITERS = 3        # the first iterations include compilation, allocator growth and NCCL setup
 # No training step is shorter than a millisecond or longer than a day (outside: a damaged log or file).
 MIN_STEP_S, MAX_STEP_S = 1e-3, 86400.0
@@ -307,10 +310,11 @@ def _rank_of(log: Path, data: dict, path) -> int:
 
 def case_for_log(log: Path, plan_path: Path):
     """(case, plan layout) of the candidate that `log` ran."""
-    from .emit.plan_file import _case, _describe, load_plan_json
+    from .emit.plan_file import _case, _describe, check_plan, load_plan_json
     from .specs import case_from_dict
 
     data = load_plan_json(plan_path)
+    check_plan(data, plan_path)        # as explain and estimate check it: a tampered layout is refused
     try:
         rank = _rank_of(log, data, plan_path)
         case = _case(data)
@@ -327,14 +331,18 @@ def case_for_log(log: Path, plan_path: Path):
 def check_log_matches(run: LogRun, case, path) -> None:
     """A log from another model or layout than its plan's candidate is refused, naming the field."""
     l, m = case.layout, case.model
-    want = {"num_layers": m.num_layers, "hidden": m.hidden, "num_heads": m.num_heads, "seq_len": l.seq_len,
-            "tp": l.tp, "pp": l.pp, "mbs": l.mbs, "gbs": l.gbs}
+    want = {"num_layers": m.num_layers, "hidden": m.hidden, "num_heads": m.num_heads,
+            "num_kv_heads": m.num_kv_heads, "ffn_hidden": m.ffn_hidden, "seq_len": l.seq_len,
+            "tp": l.tp, "pp": l.pp, "cp": l.cp, "mbs": l.mbs, "gbs": l.gbs, "zero": int(l.zero)}
     for arg, key in CHECKED_ARGS.items():
         if arg in run.args:
             try:
-                got = int(run.args[arg])
+                value = float(run.args[arg])     # Megatron-DeepSpeed prints --zero-stage's default as 1.0
             except ValueError:
+                continue                          # 'None': not set
+            if not value.is_integer():
                 continue
+            got = int(value)
             if got != want[key]:
                 raise SpecError(f"log '{path}' is from another model or layout: {arg} {got} in the log, "
                                 f"{want[key]} in the plan")

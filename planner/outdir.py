@@ -162,7 +162,7 @@ def write_out_file(out, text: str, force: bool, inputs=(), ours=None, kind: str 
             continue
         if same:
             raise SpecError(f"--out {out} is the input '{ref}'; write the calibration to another file")
-    if p.is_dir():
+    if p.is_dir() or str(out).endswith(("/", os.sep)):
         raise SpecError(f"--out {out} is a directory; give a file name such as {p / 'calib.yaml'}")
     if p.exists() and not p.is_file():
         raise SpecError(f"--out {out} exists and is not a regular file; give a new file name")

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from costmodels import bands as B
 from costmodels import catalog
 from costmodels.params import total_params
+from costmodels.errors import SpecError
 from costmodels.types import Estimate
 from costmodels.units import HOUR
 from search_spaces.knobs import OUTPUT_KEYS
@@ -225,6 +226,12 @@ def json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def to_json(obj, sort_keys: bool = True) -> str:
-    """JSON text as the CLI prints it (indent 2)."""
-    return json.dumps(obj, indent=2, sort_keys=sort_keys, default=json_default)
+def to_json(obj, sort_keys: bool = True, default=json_default) -> str:
+    """JSON text as the CLI prints it (indent 2); strict JSON: a NaN or an infinity is refused with one
+    line instead of written as a token no JSON parser accepts."""
+    try:
+        return json.dumps(obj, indent=2, sort_keys=sort_keys, default=default, allow_nan=False)
+    except ValueError:
+        raise SpecError("the estimate came out as a non-finite number (NaN or infinity): the inputs are at "
+                        "the edge of what the cost model can price; check the cluster's link rates and "
+                        "efficiencies and the model's sizes") from None

@@ -207,7 +207,7 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     overlap = p.get("tp_comm_overlap")
     if overlap is None:
         overlap = rec["id"] in rules.get("tp_comm_overlap", ())
-    parallel["tp_comm_overlap"] = bool(overlap)
+    parallel["tp_comm_overlap"] = overlap       # as written: the case check refuses "false" (bool("false") is True)
     if rules.get("grad_comm"):
         parallel["grad_comm"] = rules["grad_comm"]
     elif parallel["precision"] == "fp16":

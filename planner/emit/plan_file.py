@@ -12,13 +12,18 @@ from .shell import printable
 REQUIRED = ("layout", "estimate", "inputs", "search")
 
 
+# `planner plan --top 1000 --probe 1000` writes about 6 KiB per runner-up: its own readers (explain,
+# estimate, calibrate) must take what it writes
+MAX_PLAN_BYTES = 32 * 2**20
+
+
 def load_plan_json(path) -> dict:
     p = Path(path)
     if p.is_dir():
         p = p / "plan.json"
     if not p.exists():
         raise SpecError(f"plan file '{path}' does not exist (give plan.json or the plan directory)")
-    data = read_json_file(p, "plan")
+    data = read_json_file(p, "plan", limit=MAX_PLAN_BYTES)
     if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
         raise SpecError(f"'{path}' is not a plan.json written by `planner plan --out` "
                         f"(needs {', '.join(REQUIRED)})")
@@ -163,7 +168,10 @@ def _check_rendered_fields(data: dict, case: dict, path) -> None:
     if data.get("probe") is not None and not isinstance(data["probe"], dict):
         damaged("probe must be a mapping")
     ties = data.get("ties")
-    if isinstance(ties, dict) and not all(isinstance(v, str) for v in (ties.get("separate_by") or {}).values()):
+    if ties is not None and not isinstance(ties, dict):
+        damaged("ties is not a mapping")
+    separate = (ties or {}).get("separate_by") or {}
+    if not (isinstance(separate, dict) and all(isinstance(v, str) for v in separate.values())):
         damaged("ties.separate_by must map ranks to sentences")
     from ..arguments import currency_problem
     cost = data.get("cost")

@@ -48,7 +48,13 @@ def render_files(result, launcher: str = "deepspeed", probe: int = 0) -> dict[st
     data["version"] = PLAN_VERSION
     figures = render_figures(data, result)
     files.update(figures)
-    files["plan.json"] = (json.dumps(data, indent=2, sort_keys=True, default=_default) + "\n").encode()
+    try:
+        text = json.dumps(data, indent=2, sort_keys=True, default=_default, allow_nan=False)
+    except ValueError:          # a NaN / infinity is no JSON any reader accepts
+        raise SpecError("the plan came out with a non-finite number (NaN or infinity): the inputs are at the "
+                        "edge of what the cost model can price; check the cluster's link rates and "
+                        "efficiencies and the model's sizes") from None
+    files["plan.json"] = (text + "\n").encode()
     files["report.md"] = render_report(data, figures=figures).encode("utf-8", errors="backslashreplace")
     return files
 

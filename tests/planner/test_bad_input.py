@@ -123,7 +123,7 @@ TABLE = [
     ("time as bandwidth", ["estimate", "{d}/cluster_ms_bw.yaml"], "'5 ms' is not a bandwidth"),
     ("zero network bandwidth", ["estimate", "{d}/cluster_zero_bw.yaml"], "greater than zero"),
     ("nan bandwidth", ["estimate", "{d}/cluster_nan_bw.yaml"], "expected a finite number, got nan"),
-    ("efficiency above 1", ["estimate", "{d}/cluster_eff.yaml"], "network_efficiency: 5 is out of range; expected a number in (0, 1]"),
+    ("efficiency above 1", ["estimate", "{d}/cluster_eff.yaml"], "network_efficiency: 5 is out of range; expected a number in [0.01, 1]"),
     ("efficiency 0", ["estimate", "{d}/cluster_eff0.yaml"], "nvlink_efficiency: 0 is out of range"),
     ("negative price", ["estimate", "{d}/cluster_price.yaml"], "price_per_gpu_hour (dollars per GPU-hour): -2 is out of range"),
     ("price as a word", ["estimate", "{d}/cluster_price_str.yaml"], "expected a number in [0, 1e+06], got 'cheap'"),

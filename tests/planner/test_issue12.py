@@ -592,7 +592,8 @@ def test_offload_report_splits_host_memory_and_nvme():
     from planner.api import estimate
 
     case = {"model": "llama2-13b",
-            "cluster": {"gpu": "A100-40GB", "num_gpus": 8, "gpus_per_node": 8, "nvme": "8 TiB"},
+            "cluster": {"gpu": "A100-40GB", "num_gpus": 8, "gpus_per_node": 8, "nvme": "8 TiB",
+                        "nvme_bandwidth": "6 GB/s"},
             "parallel": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "offload_optimizer": "nvme",
                          "recompute": "full", "global_batch": 64}}
     nvme_only = estimate(case).to_dict()["offload_per_node"]
