@@ -16,19 +16,9 @@ from planner.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mds_log import mds_log  # noqa: E402
+from test_fuzz_round11 import one_error, run  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def run(*argv):
-    return CliRunner().invoke(main, [str(a) for a in argv])
-
-
-def one_error(r, fragment):
-    assert r.exit_code == 2, r.output
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    assert fragment in lines[0], lines[0]
 
 
 def test_a_local_name_or_path_never_reaches_the_emitted_files(tmp_path):
