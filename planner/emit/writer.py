@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 from costmodels.errors import SpecError
 from search_spaces.frameworks import PROFILES
 
+from ..serialise import to_json
 from .plan_file import PLAN_VERSION
 from .targets import emitter_for, probe_unsupported
 
@@ -48,13 +48,7 @@ def render_files(result, launcher: str = "deepspeed", probe: int = 0) -> dict[st
     data["version"] = PLAN_VERSION
     figures = render_figures(data, result)
     files.update(figures)
-    try:
-        text = json.dumps(data, indent=2, sort_keys=True, default=_default, allow_nan=False)
-    except ValueError:          # a NaN / infinity is no JSON any reader accepts
-        raise SpecError("the plan came out with a non-finite number (NaN or infinity): the inputs are at the "
-                        "edge of what the cost model can price; check the cluster's link rates and "
-                        "efficiencies and the model's sizes") from None
-    files["plan.json"] = (text + "\n").encode()
+    files["plan.json"] = (to_json(data, default=_default) + "\n").encode()     # strict: no NaN
     files["report.md"] = render_report(data, figures=figures).encode("utf-8", errors="backslashreplace")
     return files
 
