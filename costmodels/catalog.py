@@ -89,7 +89,11 @@ def read_text_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BY
                         f"{limit // 2**20} MiB")
     try:
         with open(p, "rb") as fh:
-            raw = fh.read(limit + 1)
+            # what the file holds, not `limit` bytes: read(n) reserves n bytes first (1 GiB for a log)
+            want = min(limit, st.st_size) + 1
+            raw = fh.read(want)
+            if len(raw) == want and want <= limit:          # it grew since stat: read on, to the limit
+                raw += fh.read(limit + 1 - len(raw))
         if len(raw) > limit:
             raise SpecError(f"{what} file '{path}' is larger than {limit // 2**20} MiB")
         if errors == "strict" and raw.startswith(b"\xef\xbb\xbf"):
@@ -816,6 +820,19 @@ def _check_hf_head_dim(d: dict) -> None:
                         "FLOPs and memory wrong")
 
 
+# Model fields that hold real numbers. PyYAML (YAML 1.1) reads 5e5 or 1e-1 (no '.' or no exponent sign)
+# as text; such text is read as the number it spells, as units.parse_quantity does for quantities.
+_MODEL_FLOAT_KEYS = ("rope_theta", "hidden_dropout", "attention_dropout")
+_DECIMAL = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def _yaml_float_text(value):
+    """A number YAML left as text ('5e5') as a float; anything else unchanged (ModelSpec judges it)."""
+    if isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
+        return float(value.strip())
+    return value
+
+
 def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     """Model YAML (our keys, the validation schema's, or a Hugging Face config.json)."""
     if not isinstance(d, dict):
@@ -840,6 +857,10 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
                 raise SpecError(f"model {d.get('name', name) or ''}: {named[field_name]} = {str(data[field_name])[:40]} "
                                 f"and {key} = {str(value)[:40]} name the same field; keep one")
             data[field_name], named[field_name] = value, key
+    for key in _MODEL_FLOAT_KEYS:
+        data[key] = _yaml_float_text(data[key]) if key in data else None
+        if data[key] is None:
+            del data[key]
     act = d.get("activation")
     if act is not None and "gated_mlp" not in data:
         data["gated_mlp"] = _ACTIVATIONS[str(act).lower()]

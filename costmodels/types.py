@@ -235,6 +235,18 @@ class GPU:
         return float(self.peak_flop_per_s.get(key, 0.0))
 
 
+# FlashAttention-2 has kernels for head dims up to 256 and refuses larger ones ("FlashAttention forward
+# only supports head dimension at most 256": Dao-AILab/flash-attention csrc/flash_attn/flash_api.cpp,
+# mha_fwd / mha_bwd TORCH_CHECK); PyTorch's flash SDPA backend has the same limit.
+MAX_FLASH_HEAD_DIM = 256
+
+
+def flash_attention_runs(model: "ModelSpec", gpu: "GPU") -> bool:
+    """FlashAttention can train this model on this GPU: an Ampere-or-newer GPU and a head dim the
+    kernels have (at most MAX_FLASH_HEAD_DIM)."""
+    return gpu.supports_flash and model.head_dim <= MAX_FLASH_HEAD_DIM
+
+
 # The largest "node" a cluster spec may name: one NVLink rack of 72 GPUs (GB200 NVL72) treated as a node.
 # Servers hold 4-16 GPUs (GB200 compute tray 4, DGX / HGX 8, DGX-2 16).
 MAX_GPUS_PER_NODE = 72

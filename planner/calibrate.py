@@ -233,12 +233,34 @@ class LogRun:
 MAX_LOG_BYTES = 1 << 30        # a training log of a few million iteration lines
 
 
+# Every line the parser reads holds one of these: an iteration line, the memory report or an argument
+# line ('  name ..... value'); the others are skipped without being split out of the text.
+_KEYWORDS = re.compile(r"iteration|memory \(MB\)| \.\.")
+
+
+def _lines_to_read(text: str):
+    """(line number, line) of each line holding a keyword, in order, in time and memory linear in the
+    text: a log of millions of other lines (or of newlines only) is never split into a list of them.
+    Lines longer than MAX_LINE_CHARS are skipped (no Megatron line is)."""
+    after, number, counted_to = 0, 1, 0
+    for m in _KEYWORDS.finditer(text):
+        if m.start() < after:
+            continue                                    # a second keyword on a line already read
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.start())
+        end = len(text) if end < 0 else end
+        number += text.count("\n", counted_to, start)
+        counted_to, after = start, end + 1
+        if end - start <= MAX_LINE_CHARS:
+            for line in text[start:end].splitlines():   # '\r' and the other breaks splitlines knows
+                if _KEYWORDS.search(line):
+                    yield number, line
+
+
 def parse_log(path) -> LogRun:
     text = catalog.read_text_file(path, "log", limit=MAX_LOG_BYTES, errors="replace")
     iters, fields, memory, args = [], {}, None, {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if len(line) > MAX_LINE_CHARS:
-            continue
+    for number, line in _lines_to_read(text):
         m = _ITER.search(line)
         e = _ELAPSED.search(line, m.end()) if m else None
         if e:

@@ -16,7 +16,7 @@ from pathlib import Path
 from costmodels import catalog
 from costmodels.errors import SpecError, leading_zero_hint
 from costmodels.types import (ClusterSpec, Framework, GradComm, Layout, ModelSpec, Offload, Precision,
-                              Recompute, Sparsity, TrainingSpec)
+                              Recompute, Sparsity, TrainingSpec, flash_attention_runs)
 from costmodels.units import parse_quantity
 from search_spaces.knobs import BY_CASE_KEY, CASE_DEFAULTS
 from search_spaces.knobs import CASE_KEYS as PARALLEL_KEYS
@@ -229,7 +229,7 @@ def layout_from_dict(section: dict, model: ModelSpec, cluster: ClusterSpec | Non
         supports_bf16 = cluster is None or cluster.gpu.supports(Precision.BF16)
         precision = "bf16" if supports_bf16 else "fp16"
         used.append(f"{what}.precision = {precision}")
-    flash_default = cluster is None or cluster.gpu.supports_flash
+    flash_default = cluster is None or flash_attention_runs(model, cluster.gpu)
     flash = _bool(section, "flash_attention", what, None)
     if flash is None:
         flash = flash_default

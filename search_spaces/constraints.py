@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 from ortools.sat.python import cp_model
 
-from costmodels.types import ClusterSpec, GradComm, ModelSpec, Offload, Precision, Recompute, Sparsity
+from costmodels.types import ClusterSpec, GradComm, ModelSpec, Offload, Precision, Recompute, Sparsity, flash_attention_runs
 
 FULL, SELECTIVE = Recompute.FULL.code, Recompute.SELECTIVE.code
 FP8, FP32 = Precision.FP8.code, Precision.FP32.code
@@ -172,6 +172,25 @@ def _cp_seq(ctx, v, e):
     _implies(v, e, [v.ge("cp", 2)], v.m.add(r == 0))
 
 
+def _fp8_widths_ok(m: ModelSpec, tp):
+    """Transformer Engine's fp8 GEMMs need each weight's input width divisible by 16 and its output width
+    and the tokens by 8 (transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec, called by Linear,
+    LayerNormLinear and LayerNormMLP; torch._scaled_mm, which torchao's float8 calls, asks the same): per
+    TP rank the hidden size and the FFN width / tp (inputs) and the QKV width / tp (output)."""
+    qkv = m.hidden + 2 * m.num_kv_heads * m.head_dim
+    return ((m.hidden % (16 * tp) == 0) & (m.ffn_hidden % (16 * tp) == 0) & (qkv % (8 * tp) == 0)
+            & (m.hidden % 16 == 0))
+
+
+def _fp8_shapes(ctx, v, e):
+    fp8 = [v.eq("precision", FP8)]
+    ok_tp = [int(t) for t in range(1, v.upper["tp"] + 1) if _fp8_widths_ok(ctx.model, t)]
+    _implies(v, e, fp8, v.m.add_linear_expression_in_domain(v["tp"], cp_model.Domain.from_values(ok_tp or [-1])))
+    eight_cp = v._lit(("8cp",), lambda: _scaled(v, "cp", 8))
+    r = v.remainder(v.product("mbs", "seq_len"), eight_cp, "(mbs*seq)%8cp")
+    _implies(v, e, fp8, v.m.add(r == 0))
+
+
 def _scaled(v, name, k):
     hi = v.upper[name] * k
     out = v.m.new_int_var(k, max(hi, k), f"{k}*{name}")
@@ -230,11 +249,13 @@ STRUCTURAL = (
          lambda ctx, c: np.isin(c["precision"], ctx.supported_precisions),
          lambda ctx, v, e: v.m.add_linear_expression_in_domain(
              v["precision"], cp_model.Domain.from_values(ctx.supported_precisions)).only_enforce_if(e)),
-    Rule("flash-supported", "FlashAttention needs an Ampere-or-newer GPU and 16-bit precision",
+    Rule("flash-supported", "FlashAttention needs an Ampere-or-newer GPU, 16-bit precision and a head dim of at "
+         "most 256 (this model's: {m.head_dim})",
          ("flash_attention", "precision"),
-         lambda ctx, c: (c["flash_attention"] == 0) | (ctx.cluster.gpu.supports_flash & (c["precision"] != FP32)),
+         lambda ctx, c: (c["flash_attention"] == 0) | (flash_attention_runs(ctx.model, ctx.cluster.gpu)
+                                                       & (c["precision"] != FP32)),
          lambda ctx, v, e: _implies(v, e, [v.eq("flash_attention", 1)], v.m.add(
-             v["precision"] != FP32 if ctx.cluster.gpu.supports_flash else v["precision"] < 0))),
+             v["precision"] != FP32 if flash_attention_runs(ctx.model, ctx.cluster.gpu) else v["precision"] < 0))),
     Rule("cp-divides-seq", "context parallelism needs a sequence length divisible by 2 x cp", ("cp", "seq_len"),
          lambda ctx, c: (c["cp"] == 1) | (c["seq_len"] % (2 * c["cp"]) == 0), _cp_seq),
     Rule("offload-optimizer-needs-zero", "optimizer offload needs ZeRO stage >= 1", ("offload_optimizer", "zero"),
@@ -275,6 +296,12 @@ STRUCTURAL = (
          lambda ctx, c: (c["vpp"] == 1) | ((c["pp"] > 2) & ((ctx.model.num_layers % (c["pp"] * c["vpp"]) == 0)
                                                           | (c.get("first_stage_layers", 0) > 0))),
          _vpp),
+    Rule("fp8-shapes", "fp8 GEMMs (Transformer Engine) need the hidden size {m.hidden} and the FFN width "
+         "{m.ffn_hidden} divisible by 16 x tp, and micro batch x sequence / cp divisible by 8",
+         ("precision", "tp", "mbs", "seq_len", "cp"),
+         lambda ctx, c: (c["precision"] != FP8) | (_fp8_widths_ok(ctx.model, c["tp"])
+                                                   & ((c["mbs"] * c["seq_len"]) % (8 * c["cp"]) == 0)),
+         _fp8_shapes),
     Rule("learned-positions", "the sequence cannot exceed the {m.max_seq_len} learned position embeddings",
          ("seq_len",),
          lambda ctx, c: (ctx.model.position != "learned") | (c["seq_len"] <= ctx.model.max_seq_len),

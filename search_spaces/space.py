@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from costmodels.errors import SpecError
-from costmodels.types import ClusterSpec, GradComm, ModelSpec, Offload, Precision, Recompute, Sparsity, ZeroStage
+from costmodels.types import (ClusterSpec, GradComm, ModelSpec, Offload, Precision, Recompute, Sparsity, ZeroStage,
+                             flash_attention_runs)
 
 # The knob lists come from the knob table (knobs.py); CORE_KNOBS are the integer knobs whose rules
 # CP-SAT enumerates together, CATEGORICAL_KNOBS the rest.
@@ -146,7 +147,7 @@ def _natural_domains(model: ModelSpec, cluster: ClusterSpec, request: SearchRequ
     if not supported and cluster.gpu.supports(Precision.FP32):
         supported = [Precision.FP32.code]         # a GPU with no 16-bit peak trains in fp32
     offloads = [Offload.NONE.code, Offload.CPU.code] + ([Offload.NVME.code] if cluster.nvme_bytes > 0 else [])
-    flash = cluster.gpu.supports_flash
+    flash = flash_attention_runs(model, cluster.gpu)
     return {
         "tp": [d for d in divs if d <= cluster.nvlink_domain],
         "pp": [d for d in divs if d <= layers],
