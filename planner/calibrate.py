@@ -238,21 +238,26 @@ MAX_LOG_BYTES = 1 << 30        # a training log of a few million iteration lines
 _KEYWORDS = re.compile(r"iteration|memory \(MB\)| \.\.")
 
 
+_BREAK = re.compile(r"[\r\n]")
+
+
 def _lines_to_read(text: str):
     """(line number, line) of each line holding a keyword, in order, in time and memory linear in the
     text: a log of millions of other lines (or of newlines only) is never split into a list of them.
+    A line ends at '\n' or '\r' (progress bars rewrite a line with '\r'); lines are numbered by '\n'.
     Lines longer than MAX_LINE_CHARS are skipped (no Megatron line is)."""
-    after, number, counted_to = 0, 1, 0
+    after, number, counted_to = 0, 1, 0        # text[:after] is read; its last character is a break
     for m in _KEYWORDS.finditer(text):
-        if m.start() < after:
+        pos = m.start()
+        if pos < after:
             continue                                    # a second keyword on a line already read
-        start = text.rfind("\n", 0, m.start()) + 1
-        end = text.find("\n", m.start())
-        end = len(text) if end < 0 else end
+        start = max(text.rfind("\n", after, pos), text.rfind("\r", after, pos), after - 1) + 1
+        brk = _BREAK.search(text, pos)
+        end = brk.start() if brk else len(text)
         number += text.count("\n", counted_to, start)
         counted_to, after = start, end + 1
         if end - start <= MAX_LINE_CHARS:
-            for line in text[start:end].splitlines():   # '\r' and the other breaks splitlines knows
+            for line in text[start:end].splitlines():   # the other breaks splitlines knows
                 if _KEYWORDS.search(line):
                     yield number, line
 

@@ -118,3 +118,19 @@ def test_a_log_of_newlines_is_not_split_into_a_list(tmp_path):
         tracemalloc.stop()
     # the text itself (16 MiB) and little more; splitting it made a list of 16 M lines (128 MiB)
     assert peak < 3 * size, peak
+
+
+def test_lines_end_at_carriage_returns_too(tmp_path):
+    """A progress bar rewriting its line with '\\r' (more than 64K characters before the next '\\n')
+    does not hide the iteration lines that follow it, and CRLF or CR-only logs read as LF ones."""
+    from mds_log import mds_log
+    from planner.calibrate import parse_log
+    text = mds_log(1234.5, args={"num_layers": 4, "hidden_size": 1024})
+    bar = "".join(f"loading {i}%\r" for i in range(20000))
+    for name, body in (("lf", text), ("crlf", text.replace("\n", "\r\n")), ("cr", text.replace("\n", "\r")),
+                       ("bar", bar + text)):
+        path = tmp_path / f"{name}.log"
+        path.write_bytes(body.encode())
+        run_ = parse_log(path)
+        assert (run_.step_s, len(run_.iterations), run_.args["num_layers"]) == (1.2345, 20, "4"), name
+        assert run_.memory_mb["max_reserved"] == 3000.0
