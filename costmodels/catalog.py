@@ -19,7 +19,7 @@ import yaml
 
 from .errors import SpecError, UnknownPresetError, leading_zero_hint
 from .types import GPU, ClusterSpec, Framework, ModelSpec
-from .units import parse_number, parse_quantity
+from .units import parse_number, parse_quantity, yaml_exponent_text
 
 _KINDS = {"gpu": "gpus", "model": "models", "framework": "frameworks"}
 
@@ -820,17 +820,8 @@ def _check_hf_head_dim(d: dict) -> None:
                         "FLOPs and memory wrong")
 
 
-# Model fields that hold real numbers. PyYAML (YAML 1.1) reads 5e5 or 1e-1 (no '.' or no exponent sign)
-# as text; such text is read as the number it spells, as units.parse_quantity does for quantities.
+# Model fields that hold real numbers: text PyYAML leaves of one ('5e5') is read as it (units.yaml_exponent_text).
 _MODEL_FLOAT_KEYS = ("rope_theta", "hidden_dropout", "attention_dropout")
-_DECIMAL = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-
-
-def _yaml_float_text(value):
-    """A number YAML left as text ('5e5') as a float; anything else unchanged (ModelSpec judges it)."""
-    if isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
-        return float(value.strip())
-    return value
 
 
 def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
@@ -858,9 +849,8 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
                                 f"and {key} = {str(value)[:40]} name the same field; keep one")
             data[field_name], named[field_name] = value, key
     for key in _MODEL_FLOAT_KEYS:
-        data[key] = _yaml_float_text(data[key]) if key in data else None
-        if data[key] is None:
-            del data[key]
+        if data.get(key) is not None:
+            data[key] = yaml_exponent_text(data[key])
     act = d.get("activation")
     if act is not None and "gated_mlp" not in data:
         data["gated_mlp"] = _ACTIVATIONS[str(act).lower()]

@@ -111,11 +111,18 @@ def parse_quantity(value, *, what: str = "value", dim: str | None = None, positi
 _PLAIN_NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)[eE][+-]?[0-9]+")     # ASCII digits only
 
 
+def yaml_exponent_text(value):
+    """A number in exponent form that PyYAML (YAML 1.1) left as text ('1e6', '5e5': no '.' or no
+    exponent sign) as the float it spells; any other value unchanged."""
+    if isinstance(value, str) and _PLAIN_NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
 def parse_number(value, *, what: str, low: float | None = None, high: float | None = None,
                  low_open: bool = False, integer: bool = False) -> float:
     """A plain number (no unit) in [low, high] ((low, high] with `low_open`); finite; never a bool."""
-    if isinstance(value, str) and _PLAIN_NUMBER.fullmatch(value.strip()):
-        value = float(value)        # PyYAML reads 1e6 (no '.' or exponent sign) as text
+    value = yaml_exponent_text(value)
     if isinstance(value, numbers.Real) and not isinstance(value, (int, float, bool)) and type(value).__name__ != "bool_":
         value = int(value) if isinstance(value, numbers.Integral) else float(value)     # numpy scalars
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):

@@ -178,8 +178,7 @@ def _fp8_widths_ok(m: ModelSpec, tp):
     LayerNormLinear and LayerNormMLP; torch._scaled_mm, which torchao's float8 calls, asks the same): per
     TP rank the hidden size and the FFN width / tp (inputs) and the QKV width / tp (output)."""
     qkv = m.hidden + 2 * m.num_kv_heads * m.head_dim
-    return ((m.hidden % (16 * tp) == 0) & (m.ffn_hidden % (16 * tp) == 0) & (qkv % (8 * tp) == 0)
-            & (m.hidden % 16 == 0))
+    return (m.hidden % (16 * tp) == 0) & (m.ffn_hidden % (16 * tp) == 0) & (qkv % (8 * tp) == 0)
 
 
 def _fp8_shapes(ctx, v, e):

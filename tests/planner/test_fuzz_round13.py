@@ -134,3 +134,11 @@ def test_lines_end_at_carriage_returns_too(tmp_path):
         run_ = parse_log(path)
         assert (run_.step_s, len(run_.iterations), run_.args["num_layers"]) == (1.2345, 20, "4"), name
         assert run_.memory_mb["max_reserved"] == 3000.0
+
+
+def test_an_empty_rope_theta_is_refused_not_defaulted(tmp_path):
+    """`rope_theta:` with no value is refused as before c51c78b, which let it fall to the default."""
+    (tmp_path / "m.yaml").write_text("name: m\nnum_layers: 4\nhidden_size: 1024\nnum_attention_heads: 16\n"
+                                     "vocab_size: 32000\nseq_length: 2048\nrope_theta:\n")
+    with pytest.raises(SpecError, match="rope_theta must be a finite number, got None"):
+        catalog.load_model(str(tmp_path / "m.yaml"))
