@@ -969,6 +969,7 @@ def framework_from_dict(d: dict) -> Framework:
             context_parallel=str(d.get("context_parallel", "ring")),
             attention_kernel=str(d.get("attention_kernel", "flash-attention-2")),
             deterministic_attention=_fw_flag(d, "deterministic_attention", what, False),
+            pp_blocking_p2p=_fw_flag(d, "pp_blocking_p2p", what, False),
             offload_overlap=n("offload_overlap", 0.5),
             dp_overlap_pipelined=n("dp_overlap_pipelined"),
             tp_overlap=n("tp_overlap"),
@@ -1038,7 +1039,7 @@ PRECISION_NAMES = ("fp32", "fp16", "bf16", "fp8")
 ATTENTION_KERNELS = ("flash-attention-2", "native")
 FRAMEWORK_KEYS = frozenset({
     "name", "source", "aliases", "dp_overlap", "dp_overlap_zero0", "dp_overlap_pipelined", "tp_overlap",
-    "pp_scatter_gather", "pp_overlap", "attention_speedup", "attention_kernel", "attention_head_dims",
+    "pp_scatter_gather", "pp_overlap", "pp_blocking_p2p", "attention_speedup", "attention_kernel", "attention_head_dims",
     "deterministic_attention",
     "context_parallel",
     "offload_overlap", "zero3_gather_efficiency", "zero3_overlap", "param_gather_overlap", "zero3_live_layers",

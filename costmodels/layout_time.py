@@ -163,8 +163,20 @@ def pipeline_send_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
     # An interleaved schedule may post its sends and receives asynchronously and run the next model
     # chunk meanwhile (Megatron-Core overlap_p2p_comm); the framework says what share that hides.
     exposed = where(k.vpp > 1, 1.0 - fw.pp_overlap, 1.0)
-    sends = 2.0 * asf(k.vpp) * (p2p_time(full / split, crosses, c) + regather)
+    # Each received tensor (an activation forward, a gradient backward) is all-gathered once.
+    sends = asf(k.vpp) * (pipeline_transfers_per_microbatch(fw) * p2p_time(full / split, crosses, c)
+                          + 2.0 * regather)
     return where(k.pp > 1, sends * exposed, 0.0)
+
+
+def pipeline_transfers_per_microbatch(fw: Framework) -> float:
+    """Transfer times a middle stage waits for per micro-batch. Megatron posts a send and the matching
+    receive in one batched call (send_forward_recv_backward, send_backward_recv_forward: torch
+    batch_isend_irecv), so the two directions share one transfer time and a micro-batch costs two (one
+    per pass). DeepSpeed's PipelineEngine runs SendGrad, RecvActivation, RecvGrad and SendActivation as
+    separate commands (DeepSpeed edaa72212 runtime/pipe/schedule.py:216-223), each a blocking
+    send / recv (runtime/pipe/p2p.py:48, 69 assert async_op == False): four."""
+    return 4.0 if fw.pp_blocking_p2p else 2.0
 
 
 # ZeRO-2 reduce-scatters and ZeRO-3 gathers happen every micro-batch.

@@ -355,6 +355,10 @@ class Framework:
     # Deterministic attention backward asked for (Megatron-Core --deterministic-mode with
     # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): compute.runs_deterministic_flash_backward
     deterministic_attention: bool = False
+    # A stage's four pipeline transfers per micro-batch (send / receive of an activation and of a
+    # gradient) run one after another, each blocking, instead of a send and a receive side by side
+    # (DeepSpeed's PipelineEngine): layout_time.pipeline_transfers_per_microbatch
+    pp_blocking_p2p: bool = False
     attention_head_dims: tuple[int, ...] = ()  # head dims the flash kernel is built for (smallest >= d runs);
                                               # empty: any head dim runs unpadded
     source: str = ""

@@ -1005,3 +1005,17 @@ def test_gpu_file_compute_capability(tmp_path):
     d["compute_capability"] = "nine"
     with pytest.raises(SpecError, match="compute_capability"):
         catalog.gpu_from_dict(d)
+
+
+def test_deepspeed_pipeline_engine_waits_for_four_transfers_per_microbatch():
+    """Item 5: DeepSpeed's PipelineEngine runs SendGrad, RecvActivation, RecvGrad and SendActivation as
+    separate commands (DeepSpeed edaa72212 runtime/pipe/schedule.py:216-223), each a blocking send or
+    recv (runtime/pipe/p2p.py:48, 69), so a stage waits for four transfers per micro-batch; Megatron
+    pairs each send with a receive in one batched call (two). The model charged both two."""
+    parallel = {"tp": 1, "pp": 4, "dp": 2, "micro_batch": 1, "global_batch": 64, "zero_stage": 1,
+                "precision": "bf16", "recompute": "full"}
+    run = dict(model="llama2-7b", cluster={"gpu": "A100-80GB", "num_gpus": 8}, parallel=parallel)
+    ds = planner.estimate(**run, framework="megatron-deepspeed").estimate
+    mlm = planner.estimate(**run, framework="megatron-lm").estimate
+    assert mlm.time.pp_comm > 0.0
+    assert ds.time.pp_comm == pytest.approx(2.0 * mlm.time.pp_comm, rel=1e-9)
