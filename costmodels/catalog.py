@@ -19,7 +19,7 @@ import yaml
 
 from .errors import SpecError, UnknownPresetError, leading_zero_hint
 from .types import GPU, ClusterSpec, Framework, ModelSpec
-from .units import parse_number, parse_quantity, yaml_exponent_text
+from .units import parse_number, parse_price, parse_quantity, yaml_exponent_text
 
 _KINDS = {"gpu": "gpus", "model": "models", "framework": "frameworks"}
 
@@ -572,6 +572,9 @@ def cluster_from_dict(d: dict, gpus_per_node: int | None = None) -> ClusterSpec:
     # an efficiency below 1% is no link (it overflowed step times into NaN and 200-digit predictions)
     frac = lambda k, default: parse_number(system.get(k, default), what=f"cluster {k}", low=MIN_EFFICIENCY,  # noqa: E731
                                            high=1.0)
+    # '2.5', 2.5, '2.5 USD', 'JPY 400': an amount per GPU-hour and the currency it is in, if stated
+    price, currency = parse_price(yaml_exponent_text(system.get("price_per_gpu_hour", 0.0)),
+                                  "cluster price_per_gpu_hour")
     return ClusterSpec(
         gpu=gpu,
         num_gpus=num_gpus,
@@ -590,9 +593,8 @@ def cluster_from_dict(d: dict, gpus_per_node: int | None = None) -> ClusterSpec:
         nvme_bytes_per_s=_nvme_bandwidth(size("nvme", "0 B"), bw("nvme_bandwidth", "0 GB/s", False)),
         cpu_adam_params_per_s=parse_number(system.get("cpu_adam_params_per_s", 1.0e9),
                                            what="cluster cpu_adam_params_per_s", low=MIN_CPU_ADAM_PARAMS_PER_S),
-        price_per_gpu_hour=parse_number(system.get("price_per_gpu_hour", 0.0),
-                                        what="cluster price_per_gpu_hour (dollars per GPU-hour)", low=0.0,
-                                        high=1e6),
+        price_per_gpu_hour=price,
+        price_currency=currency,
         name=_name(system.get("name", gpu.name), "cluster name"),
     )
 

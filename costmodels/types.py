@@ -273,6 +273,7 @@ class ClusterSpec:
     nvme_bytes_per_s: float = 0.0                 # per node, read+write aggregate
     cpu_adam_params_per_s: float = 1.0e9          # per node, DeepSpeedCPUAdam throughput
     price_per_gpu_hour: float = 0.0
+    price_currency: str = ""                      # of the price, as written ('' when not stated)
     name: str = ""
 
     def __post_init__(self):

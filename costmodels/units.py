@@ -136,6 +136,56 @@ def parse_number(value, *, what: str, low: float | None = None, high: float | No
     return int(x) if integer else x
 
 
+def currency_problem(currency) -> str | None:
+    """Why `currency` is not a currency the planner writes beside a price, or None. A name of letters
+    (USD, EUR, yen), one non-Latin letter (円, 元: a single ASCII letter such as the 'e' of '2.5e' is a
+    typo), or one currency sign ($, €, ¥), at most 12 characters. The same rule for a cluster file's
+    price, --price-per-gpu-hour and a plan.json read back (an edited 'USD/h <b>' was rendered into
+    report.md)."""
+    import unicodedata
+
+    if not isinstance(currency, str):
+        return f"the currency must be text, got {type(currency).__name__}"
+    if not currency:
+        return None
+    word = len(currency) >= 2 and all(ch.isalpha() for ch in currency)
+    letter = len(currency) == 1 and currency.isalpha() and not currency.isascii()
+    symbol = len(currency) == 1 and unicodedata.category(currency) == "Sc"
+    if (word or letter or symbol) and len(currency) <= 12:
+        return None
+    return ("the currency must be a name of letters such as USD or EUR, or a currency sign such as $ "
+            f"(at most 12 characters), got {currency[:20]!r}")
+
+
+_PRICE = re.compile(r"\s*([^\d\s.+-]*)\s*((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([^\d\s]*)\s*")
+_CURRENCY_SIGNS = {"$": "USD", "€": "EUR", "£": "GBP"}
+MAX_PRICE_PER_GPU_HOUR = 1e6
+
+
+def parse_price(value, what: str) -> tuple[float, str]:
+    """A price per GPU-hour with an optional currency: 2.5, '2.5', '2.5 USD', 'EUR 2.1', '$2.5' ->
+    (2.5, 'USD'); ($, €, £ are named; another currency is kept as written; none: ''). `what` names
+    the setting in the error ('--price-per-gpu-hour', 'cluster price_per_gpu_hour')."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        amount, currency = float(value), ""
+    else:
+        m = _PRICE.fullmatch(value) if isinstance(value, str) else None
+        if m and m.group(2).endswith("."):
+            # '5.' may be a cut '5.5': not taken, and not called a currency '.' as it was
+            raise SpecError(f"{what}: the amount {m.group(2)!r} ends in a '.' with no digits after "
+                            f"it; write {m.group(2)[:-1]} or the amount in full (5.5)")
+        if not m or (m.group(1) and m.group(3)):
+            raise SpecError(f"{what} takes an amount with an optional currency (2.5, '2.5 USD'), "
+                            f"got {value!r}")
+        amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
+        problem = currency_problem(currency)      # '2.5e' is no currency 'e', '2.5 USD/h' none 'USD/h'
+        if problem:
+            raise SpecError(f"{what}: {problem}")
+    if not 0 <= amount <= MAX_PRICE_PER_GPU_HOUR:
+        raise SpecError(f"{what} must be an amount from 0 to 1e6 per GPU-hour, got {value!r}")
+    return amount, _CURRENCY_SIGNS.get(currency, currency)
+
+
 def _range_text(low, high, low_open) -> str:
     if low is not None and high is not None:
         return f" in {'(' if low_open else '['}{low:g}, {high:g}]"

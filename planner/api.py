@@ -16,7 +16,7 @@ from costmodels.types import Estimate
 from costmodels.units import HOUR, parse_number
 
 from .advice import PlanWarning
-from .arguments import batch_token_range, currency_problem, path_text, shown
+from .arguments import batch_token_range, path_text, shown
 from .specs import Case, case_from_dict, load_case
 
 
@@ -314,28 +314,11 @@ def _batch_note(lo, hi, seqs, default: bool, num_gpus: int) -> str:
 
 
 def parse_price(value) -> tuple[float, str]:
-    """'2.5', '2.5 USD', 'EUR 2.1', '$2.5' -> (2.5, 'USD'); the currency is kept as written."""
-    import re
+    """--price-per-gpu-hour: '2.5', '2.5 USD', 'EUR 2.1', '$2.5' -> (2.5, 'USD') (costmodels.units.parse_price,
+    the rule a cluster file's price_per_gpu_hour follows too)."""
+    from costmodels.units import parse_price as parse
 
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        amount, currency = float(value), ""
-    else:
-        m = re.fullmatch(r"\s*([^\d\s.+-]*)\s*((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([^\d\s]*)\s*",
-                         str(value))
-        if m and m.group(2).endswith("."):
-            # '5.' may be a cut '5.5': not taken, and not called a currency '.' as it was
-            raise SpecError(f"--price-per-gpu-hour: the amount {m.group(2)!r} ends in a '.' with no digits after "
-                            f"it; write {m.group(2)[:-1]} or the amount in full (5.5)")
-        if not m or (m.group(1) and m.group(3)):
-            raise SpecError(f"--price-per-gpu-hour takes an amount with an optional currency (2.5, '2.5 USD'), "
-                            f"got {value!r}")
-        amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
-        problem = currency_problem(currency)      # '2.5e' is no currency 'e', '2.5 USD/h' none 'USD/h'
-        if problem:
-            raise SpecError(f"--price-per-gpu-hour: {problem}")
-    if not 0 <= amount <= 1e6:          # the cluster file's range
-        raise SpecError(f"--price-per-gpu-hour must be an amount from 0 to 1e6 per GPU-hour, got {value!r}")
-    return amount, {"$": "USD", "€": "EUR", "£": "GBP"}.get(currency, currency)
+    return parse(value, "--price-per-gpu-hour")
 
 
 def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, global_batch_tokens=None,
@@ -372,11 +355,11 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     if gpus is not None and hasattr(cluster, "gpu"):
         from dataclasses import replace
         c = replace(c, num_gpus=gpus)
-    currency = ""
-    if price_per_gpu_hour is not None:
+    if price_per_gpu_hour is not None:      # the price and its currency replace the cluster's
         from dataclasses import replace
         price, currency = parse_price(price_per_gpu_hour)
-        c = replace(c, price_per_gpu_hour=price)
+        c = replace(c, price_per_gpu_hour=price, price_currency=currency)
+    currency = c.price_currency
     profile = load_profile(framework_arg(framework))
     if calibration is not None:
         from dataclasses import replace

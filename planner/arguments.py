@@ -69,22 +69,3 @@ def cli_token_budget(value):
                         "out for no budget")
     return value            # other values are checked as total_tokens (planner/api.py token_budget)
 
-
-def currency_problem(currency: str) -> str | None:
-    """Why `currency` is not a currency the planner writes beside a price, or None. A name of letters
-    (USD, EUR, yen), one non-Latin letter (円, 元: a single ASCII letter such as the 'e' of '2.5e' is a
-    typo), or one currency sign ($, €, ¥), at most 12 characters. The same rule for --price-per-gpu-hour
-    and for a plan.json read back (an edited 'USD/h <b>' was rendered into report.md)."""
-    import unicodedata
-
-    if not isinstance(currency, str):
-        return f"the currency must be text, got {type(currency).__name__}"
-    if not currency:
-        return None
-    word = len(currency) >= 2 and all(ch.isalpha() for ch in currency)
-    letter = len(currency) == 1 and currency.isalpha() and not currency.isascii()
-    symbol = len(currency) == 1 and unicodedata.category(currency) == "Sc"
-    if (word or letter or symbol) and len(currency) <= 12:
-        return None
-    return ("the currency must be a name of letters such as USD or EUR, or a currency sign such as $ "
-            f"(at most 12 characters), got {currency[:20]!r}")

@@ -62,7 +62,8 @@ def estimate(case, as_json, tokens, calibration):
     title = (f"{one_line(c.model.name)} on {c.layout.world} x {one_line(c.cluster.gpu.name)} "
              f"({c.cluster.gpus_per_node} per node, framework {one_line(c.framework.name)})")
     click.echo(estimate_text(title, c.layout, result.estimate, total_tokens=result.total_tokens,
-                             price=c.cluster.price_per_gpu_hour, defaults=result.defaults,
+                             price=c.cluster.price_per_gpu_hour, currency=c.cluster.price_currency,
+                             defaults=result.defaults,
                              hidden=result.hidden_comm, bands=result.bands))
     if result.offload_needs:
         from .breakdown import offload_text

@@ -120,7 +120,8 @@ MAX_PROBE = 1000        # as many as --top may report (planner.api)
 @click.option("--tokens", type=ASCII_FLOAT, default=None,
               help="Training token budget (time-to-train, cost; sets --train-iters in launch.sh).")
 @click.option("--price-per-gpu-hour", "price", default=None,
-              help="Price of one GPU-hour, with an optional currency ('2.5 USD'); overrides the cluster's.")
+              help="Price of one GPU-hour, with an optional currency ('2.5 USD'); overrides the cluster's price "
+                   "and its currency.")
 @click.option("--top", "top_k", type=ASCII_INT, default=5, show_default=True, help="Plans to report.")
 @click.option("--framework", default="megatron-deepspeed", show_default=True,
               help="Rules of the target: megatron-deepspeed or megatron-lm.")

@@ -29,7 +29,8 @@ FLOP_FORMULA = ("model FLOPs = 3 x forward: 2 FLOP per matmul weight per token (
 
 
 def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_tokens: float = 0.0,
-                  defaults=(), hidden: dict | None = None, offload: dict | None = None) -> dict:
+                  defaults=(), hidden: dict | None = None, offload: dict | None = None,
+                  currency: str = "") -> dict:
     """The JSON shape of `planner estimate --json` (also used inside plan.json). `hidden`: seconds of
     communication per step hidden behind compute (planner.breakdown), beside the exposed parts."""
     out = est.to_dict()
@@ -46,6 +47,7 @@ def estimate_dict(est: Estimate, framework: str, price: float = 0.0, total_token
             "time_to_train_days": seconds / 86400,
             "gpu_hours": seconds * est.num_gpus / HOUR,
             "price_per_gpu_hour": price,
+            "currency": currency,
             "cost": seconds * est.num_gpus / HOUR * price if price else None,
         }
     return out
@@ -55,7 +57,7 @@ def estimate_result_dict(result) -> dict:
     """An EstimateResult: its estimate, the warnings and the 80% error bands."""
     c = result.case
     out = estimate_dict(result.estimate, c.framework.name, c.cluster.price_per_gpu_hour, result.total_tokens,
-                        result.defaults, result.hidden_comm, result.offload_needs)
+                        result.defaults, result.hidden_comm, result.offload_needs, c.cluster.price_currency)
     out["warnings"] = [w.to_dict() for w in result.warnings]
     out.update(result.bands)
     return out
@@ -76,7 +78,8 @@ def plan_entry(p, result) -> dict:
     """A runner-up or Pareto entry of plan.json."""
     return {"rank": p.rank, "family": p.family, "layout": layout_dict(p.layout),
             "estimate": estimate_dict(p.estimate, result.profile.cost_profile,
-                                      result.cluster.price_per_gpu_hour, result.request.total_tokens),
+                                      result.cluster.price_per_gpu_hour, result.request.total_tokens,
+                                      currency=result.currency),
             "objective": list(p.objective)}
 
 
@@ -168,7 +171,8 @@ def plan_to_dict(result) -> dict:
         "layout": layout_dict(best.layout),
         "estimate": estimate_dict(best.estimate, result.profile.cost_profile,
                                   result.cluster.price_per_gpu_hour, result.request.total_tokens,
-                                  hidden=best_hidden_comm(result), offload=best_offload_needs(result)),
+                                  hidden=best_hidden_comm(result), offload=best_offload_needs(result),
+                                  currency=result.currency),
         "cost": cost_dict(best.estimate, result.cluster.price_per_gpu_hour, result.currency,
                           result.request.total_tokens),
         "warnings": [w.to_dict() for w in result.warnings],
@@ -204,9 +208,9 @@ def error_bands(result) -> dict:
     price, tokens = result.cluster.price_per_gpu_hour, result.request.total_tokens
     fw_name = result.profile.cost_profile
     data = {"layout": layout_dict(result.best.layout),
-            "estimate": estimate_dict(result.best.estimate, fw_name, price, tokens),
+            "estimate": estimate_dict(result.best.estimate, fw_name, price, tokens, currency=result.currency),
             "runner_ups": [{"rank": p.rank, "layout": layout_dict(p.layout),
-                            "estimate": estimate_dict(p.estimate, fw_name, price, tokens)}
+                            "estimate": estimate_dict(p.estimate, fw_name, price, tokens, currency=result.currency)}
                            for p in result.runner_ups]}
     return add_bands(result, data)
 

@@ -79,7 +79,7 @@ def comm_summary(est: Estimate, hidden: dict | None = None) -> str:
 
 
 def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: float = 0.0,
-                  price: float = 0.0, defaults=(), hidden: dict | None = None,
+                  price: float = 0.0, currency: str = "", defaults=(), hidden: dict | None = None,
                   bands: dict | None = None) -> str:
     lines = [title, "  " + layout_line(layout), ""]
     lines.append(f"  step time        {fmt_seconds(est.step_time_s)}" + _band(bands, "step_time_band_s", fmt_seconds))
@@ -97,7 +97,7 @@ def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: fl
     if total_tokens:
         seconds = est.time_to_train_s(total_tokens)
         gpu_h = seconds * est.num_gpus / 3600
-        cost = f", cost {price * gpu_h:,.0f}" if price else ""
+        cost = f", cost {price * gpu_h:,.0f}{' ' + currency if currency else ''}" if price else ""
         lines.append(f"  {total_tokens:.3g} tokens in {fmt_seconds(seconds)}: {gpu_h:,.0f} GPU-hours{cost}")
     lines.append("")
     lines.append("  memory per GPU (peak stage)")

@@ -85,7 +85,13 @@ def case_from_plan_json(path) -> dict:
     return case
 
 
+class _Damaged(ValueError):
+    """A field of plan.json that no plan the planner writes holds; its message says which and why."""
+
+
 def _describe(exc) -> str:
+    if isinstance(exc, _Damaged):
+        return str(exc)
     if isinstance(exc, KeyError):
         return f"missing field {exc}"
     return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -173,7 +179,7 @@ def _check_rendered_fields(data: dict, case: dict, path) -> None:
     separate = (ties or {}).get("separate_by") or {}
     if not (isinstance(separate, dict) and all(isinstance(v, str) for v in separate.values())):
         damaged("ties.separate_by must map ranks to sentences")
-    from ..arguments import currency_problem
+    from costmodels.units import currency_problem
     cost = data.get("cost")
     if cost is not None and not isinstance(cost, dict):
         damaged("cost is not a mapping")
@@ -235,6 +241,17 @@ def check_estimate_numbers(est, where: str) -> None:
                         "changed, re-run `planner plan --out`")
 
 
+def _price(cluster: dict):
+    """The plan's price per GPU-hour with its currency ('2.5 USD'), as a cluster file writes it."""
+    from costmodels.units import currency_problem
+
+    price, currency = cluster.get("price_per_gpu_hour", 0.0), cluster.get("currency") or ""
+    problem = currency_problem(currency)
+    if problem:
+        raise _Damaged(f"inputs.cluster.currency: {problem}")
+    return f"{price!r} {currency}" if currency and isinstance(price, (int, float)) else price
+
+
 def _case(data: dict) -> dict:
     inp = data["inputs"]
     model = {k: v for k, v in inp["model"].items() if k != "total_params"}
@@ -243,7 +260,7 @@ def _case(data: dict) -> dict:
     cluster = {"gpu": gpu, "num_gpus": c["num_gpus"], "gpus_per_node": c["gpus_per_node"],
                "nvlink_domain": c["nvlink_domain"], "nvlink_bandwidth": _bytes_per_s(c["nvlink_bandwidth_bytes_per_s"]),
                "network_bandwidth": _bytes_per_s(c["network_bandwidth_bytes_per_s"]),
-               "price_per_gpu_hour": c.get("price_per_gpu_hour", 0.0)}
+               "price_per_gpu_hour": _price(c)}
     from costmodels.catalog import LINK_CONSTANTS
     cluster.update({key: c[key] for key, _ in LINK_CONSTANTS.values() if key in c})   # a cluster file's own
     # the node's host side (offload needs it); plan.json files written before it was recorded lack it
