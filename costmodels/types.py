@@ -15,6 +15,7 @@ from typing import Mapping, get_type_hints
 import numpy as np
 
 from .errors import SpecError, leading_zero_hint
+from .units import currency_problem
 
 
 class _Coded(str, Enum):
@@ -279,6 +280,9 @@ class ClusterSpec:
     def __post_init__(self):
         if self.num_gpus <= 0 or self.gpus_per_node <= 0:
             raise SpecError("cluster: num_gpus and gpus_per_node must be positive")
+        problem = currency_problem(self.price_currency)     # it is printed into report.md and plan.json
+        if problem:
+            raise SpecError(f"cluster price_currency: {problem}")
         if self.gpus_per_node > MAX_GPUS_PER_NODE:
             raise SpecError(f"cluster: gpus_per_node {self.gpus_per_node} is more GPUs than one host holds (at most "
                             f"{MAX_GPUS_PER_NODE}, a GB200 NVL72 rack counted as one node); give the GPUs per "
@@ -356,9 +360,10 @@ class Framework:
     # Deterministic attention backward asked for (Megatron-Core --deterministic-mode with
     # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): compute.runs_deterministic_flash_backward
     deterministic_attention: bool = False
-    # A stage's four pipeline transfers per micro-batch (send / receive of an activation and of a
-    # gradient) run one after another, each blocking, instead of a send and a receive side by side
-    # (DeepSpeed's PipelineEngine): layout_time.pipeline_transfers_per_microbatch
+    # DeepSpeed's PipelineEngine: a stage's pipeline transfers (send / receive of an activation and of
+    # a gradient) run one after another instead of a send and a receive side by side, and a stage
+    # gathers its own sent activation back over TP before backward: layout_time.pipeline_transfer_counts,
+    # pipeline_regather_counts
     pp_blocking_p2p: bool = False
     attention_head_dims: tuple[int, ...] = ()  # head dims the flash kernel is built for (smallest >= d runs);
                                               # empty: any head dim runs unpadded

@@ -157,7 +157,9 @@ def currency_problem(currency) -> str | None:
             f"(at most 12 characters), got {currency[:20]!r}")
 
 
-_PRICE = re.compile(r"\s*([^\d\s.+-]*)\s*((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([^\d\s]*)\s*")
+# one way to split any text (no nested repetition: linear in the text, which is at most MAX_PRICE_TEXT)
+_PRICE = re.compile(r"\s*([^\d\s.+-]*)\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([^\d\s]*)\s*")
+MAX_PRICE_TEXT = 64
 _CURRENCY_SIGNS = {"$": "USD", "€": "EUR", "£": "GBP"}
 MAX_PRICE_PER_GPU_HOUR = 1e6
 
@@ -166,24 +168,29 @@ def parse_price(value, what: str) -> tuple[float, str]:
     """A price per GPU-hour with an optional currency: 2.5, '2.5', '2.5 USD', 'EUR 2.1', '$2.5' ->
     (2.5, 'USD'); ($, €, £ are named; another currency is kept as written; none: ''). `what` names
     the setting in the error ('--price-per-gpu-hour', 'cluster price_per_gpu_hour')."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        amount, currency = float(value), ""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_":
+        amount, currency = float(value), ""          # int, float, numpy scalars, Fraction
     else:
-        m = _PRICE.fullmatch(value) if isinstance(value, str) else None
+        m = _PRICE.fullmatch(value) if isinstance(value, str) and len(value) <= MAX_PRICE_TEXT else None
         if m and m.group(2).endswith("."):
             # '5.' may be a cut '5.5': not taken, and not called a currency '.' as it was
             raise SpecError(f"{what}: the amount {m.group(2)!r} ends in a '.' with no digits after "
                             f"it; write {m.group(2)[:-1]} or the amount in full (5.5)")
         if not m or (m.group(1) and m.group(3)):
             raise SpecError(f"{what} takes an amount with an optional currency (2.5, '2.5 USD'), "
-                            f"got {value!r}")
+                            f"got {_cut(value)}")
         amount, currency = float(m.group(2)), (m.group(1) or m.group(3))
         problem = currency_problem(currency)      # '2.5e' is no currency 'e', '2.5 USD/h' none 'USD/h'
         if problem:
             raise SpecError(f"{what}: {problem}")
     if not 0 <= amount <= MAX_PRICE_PER_GPU_HOUR:
-        raise SpecError(f"{what} must be an amount from 0 to 1e6 per GPU-hour, got {value!r}")
+        raise SpecError(f"{what} must be an amount from 0 to 1e6 per GPU-hour, got {_cut(value)}")
     return amount, _CURRENCY_SIGNS.get(currency, currency)
+
+
+def _cut(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}... ({len(str(value))} characters)"
 
 
 def _range_text(low, high, low_open) -> str:

@@ -59,6 +59,11 @@ class EstimateResult:
         price = self.case.cluster.price_per_gpu_hour
         return None if hours is None or not price else hours * price
 
+    @property
+    def currency(self) -> str:
+        """The currency of `cost` as the cluster's price states it ('' when it does not)."""
+        return self.case.cluster.price_currency
+
     @cached_property
     def bands(self) -> dict:
         """80% error bands (issue 9): step_time_band_s, peak_memory_band_bytes, oom_risk, error_band."""
@@ -330,8 +335,8 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
     `model` / `cluster`: preset name, file path or mapping (cluster: GPU name = nodes of 8 unless
     `gpus_per_node`). `choices` pins or restricts knobs: {"tp": [4, 8], "precision": ["bf16"]}.
     `global_batch_tokens`: (low, high) tokens per step; without it or `global_batch` the range is
-    `default_batch_tokens(gpus)`. `price_per_gpu_hour`: a number or '2.5 USD' (overrides the
-    cluster's). `advice`: add `warnings` saying what limits a poor plan and what would help.
+    `default_batch_tokens(gpus)`. `price_per_gpu_hour`: a number or '2.5 USD' (replaces the
+    cluster's price and its currency). `advice`: add `warnings` saying what limits a poor plan and what would help.
     `calibration`: a calib.yaml path, a mapping of constants or a Calibration (planner.calibrate).
     `progress(done, total, best)` follows the search; `notify(line)` gets one-line notices (a resumed
     Optuna study).

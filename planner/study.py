@@ -23,6 +23,7 @@ import os
 import re
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
@@ -37,11 +38,13 @@ STALE_AFTER_S = 120           # a trial lives from ask to tell: one batch, well 
 
 
 def study_fingerprint(space, profile, settings) -> str:
-    """What a study's trial values depend on: model, cluster (every field), GPUs, knob domains, rules,
-    token budget and objectives (not the seed: workers of one study sample with their own seeds)."""
+    """What a study's trial values depend on: model, cluster (every field but the price's currency),
+    GPUs, knob domains, rules, the cost profile's constants (a refit changes the values), token budget
+    and objectives (not the seed: workers of one study sample with their own seeds)."""
     key = json.dumps({
-        "model": repr(space.model), "cluster": repr(space.cluster), "n": space.request.num_gpus,
-        "domains": {k: list(v.domain) for k, v in space.knobs.items()}, "profile": profile.name,
+        "model": repr(space.model), "cluster": repr(replace(space.cluster, price_currency="")),
+        "n": space.request.num_gpus, "domains": {k: list(v.domain) for k, v in space.knobs.items()},
+        "profile": profile.name, "cost_profile": repr(profile.load_cost_profile()),
         "objectives": settings.objectives, "tokens": space.request.total_tokens,
         **({"cost_overrides": list(profile.cost_overrides)} if profile.cost_overrides else {}),
     }, sort_keys=True, default=str)

@@ -183,11 +183,14 @@ def _check_rendered_fields(data: dict, case: dict, path) -> None:
     cost = data.get("cost")
     if cost is not None and not isinstance(cost, dict):
         damaged("cost is not a mapping")
-    for where, currency in (("cost.currency", (cost or {}).get("currency", "")),
-                            ("inputs.cluster.currency", (data["inputs"].get("cluster") or {}).get("currency", ""))):
+    currencies = (("cost.currency", (cost or {}).get("currency", "")),
+                  ("inputs.cluster.currency", (data["inputs"].get("cluster") or {}).get("currency", "")))
+    for where, currency in currencies:
         problem = currency_problem(currency)
         if problem:
             damaged(f"{where}: {problem}")
+    if cost is not None and currencies[0][1] != currencies[1][1]:    # the planner writes one currency twice
+        damaged(f"cost.currency {currencies[0][1]!r} is not inputs.cluster.currency {currencies[1][1]!r}")
     for key in ("defaults_used", "warnings"):
         if not isinstance(data.get(key, []), list):
             raise SpecError(f"plan file '{path}' is damaged: {key} must be a list; re-run `planner plan --out`")
@@ -245,11 +248,13 @@ def _price(cluster: dict):
     """The plan's price per GPU-hour with its currency ('2.5 USD'), as a cluster file writes it."""
     from costmodels.units import currency_problem
 
-    price, currency = cluster.get("price_per_gpu_hour", 0.0), cluster.get("currency") or ""
+    price, currency = cluster.get("price_per_gpu_hour", 0.0), cluster.get("currency", "")
+    if isinstance(price, bool) or not isinstance(price, (int, float)):      # plan.json writes a number
+        raise _Damaged(f"inputs.cluster.price_per_gpu_hour must be a number, got {str(price)[:40]!r}")
     problem = currency_problem(currency)
     if problem:
         raise _Damaged(f"inputs.cluster.currency: {problem}")
-    return f"{price!r} {currency}" if currency and isinstance(price, (int, float)) else price
+    return f"{price!r} {currency}" if currency else price
 
 
 def _case(data: dict) -> dict:

@@ -76,3 +76,65 @@ def test_a_plan_carries_the_cluster_files_currency_and_reads_it_back(tmp_path):
     assert r.exit_code == 0, r.output
     cost = json.loads(r.stdout)["cost"]
     assert (cost["price_per_gpu_hour"], cost["currency"]) == (3.0, "EUR")
+
+
+@pytest.mark.parametrize("command", ["estimate", "explain"])
+@pytest.mark.parametrize("field, value, fragment", [
+    ("currency", "<b>x</b>", "currency must be"), ("currency", None, "currency must be text"),
+    ("price_per_gpu_hour", "400 EUR", "must be a number"), ("price_per_gpu_hour", "1" * 5000, "must be a number")])
+def test_an_edited_plan_price_or_currency_is_refused_as_damaged(tmp_path, command, field, value, fragment):
+    """plan.json's inputs.cluster price and currency are read back as written by the planner: a number
+    and a currency it accepts; an edited currency reached report.md through explain before round 11,
+    and a text price overrode the recorded currency in estimate."""
+    job = tmp_path / "job"
+    assert run("plan", "--model", "gpt-1.7b", "--cluster", _cluster_file(tmp_path, "400 JPY"), "--global-batch",
+               "64", "-q", "--out", job).exit_code == 0
+    data = json.loads((job / "plan.json").read_text())
+    data["inputs"]["cluster"][field] = value
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    line = one_error(run(command, edited), fragment)
+    assert "damaged" in line and len(line) < 400
+
+
+def test_plan_and_cost_currencies_must_agree(tmp_path):
+    job = tmp_path / "job"
+    assert run("plan", "--model", "gpt-1.7b", "--cluster", _cluster_file(tmp_path, "400 JPY"), "--global-batch",
+               "64", "-q", "--out", job).exit_code == 0
+    data = json.loads((job / "plan.json").read_text())
+    data["cost"]["currency"] = "EUR"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    one_error(run("explain", edited), "is not inputs.cluster.currency")
+
+
+def test_a_long_price_is_refused_at_once_and_not_echoed_whole(tmp_path):
+    """The price pattern backtracked quadratically ('1' x 20,000 then ' 1': 15 s) and the error echoed
+    the whole value."""
+    import time
+
+    start = time.perf_counter()
+    line = one_error(run("estimate", _case(tmp_path, "1" * 20_000 + " 1")), "takes an amount")
+    assert time.perf_counter() - start < 5.0 and len(line) < 300
+
+
+def test_numeric_prices_of_any_kind_and_a_checked_currency_in_the_api():
+    """numpy scalars and Fractions were refused as prices by the new rule (parse_number took them);
+    a ClusterSpec built in Python carried any currency text into report.md."""
+    from dataclasses import replace
+    from fractions import Fraction
+
+    import numpy as np
+
+    import planner
+    from costmodels import catalog
+    from costmodels.errors import SpecError
+
+    for price in (np.int64(3), np.float32(2.5), Fraction(5, 2)):
+        res = planner.estimate(model="gpt-1.7b", cluster={**CLUSTER, "price_per_gpu_hour": price},
+                               parallel=PARALLEL, total_tokens=1e10)
+        assert res.cost == pytest.approx(float(price) * res.gpu_hours)
+    cluster = catalog.load_cluster(CLUSTER["gpu"], num_gpus=8)
+    with pytest.raises(SpecError, match="currency"):
+        replace(cluster, price_currency="<img src=x>\n## injected")
+    assert replace(cluster, price_currency="EUR").price_currency == "EUR"
