@@ -137,17 +137,22 @@ class Bodies:
 
 
 def microbatch_bodies(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs, stages: Stages) -> Bodies:
-    """Time of one micro-batch on each kind of stage, before what every micro-batch adds (below)."""
+    """Time of one micro-batch on each kind of stage, before what every micro-batch adds (below);
+    each stage's own pipeline sends and receives are part of it ("pp_comm")."""
     lt = layer_times(m, c, fw, k)
     first_extra, last_extra = edge_layers(m, c, fw, k)
-    return Bodies(first=stage_body(k, lt, stages.first), mid=stage_body(k, lt, stages.mid),
-                  last=stage_body(k, lt, stages.last), first_extra=first_extra, last_extra=last_extra, layer=lt)
+    send_first, send_mid, send_last = pipeline_send_times(m, c, fw, k)
+    return Bodies(first={**stage_body(k, lt, stages.first), "pp_comm": send_first},
+                  mid={**stage_body(k, lt, stages.mid), "pp_comm": send_mid},
+                  last={**stage_body(k, lt, stages.last), "pp_comm": send_last},
+                  first_extra=first_extra, last_extra=last_extra, layer=lt)
 
 
 # ---- what every micro-batch adds on every stage --------------------------------------------------
 
-def pipeline_send_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
-    """Seconds per micro-batch of the pipeline's point-to-point sends."""
+def pipeline_send_times(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
+    """Seconds per micro-batch of the pipeline's point-to-point transfers on the first, a middle and
+    the last stage: (first, mid, last)."""
     # Pipeline sends: activations forward, gradients backward. Split over the TP ranks, each rank
     # sends 1/tp of the tensor and the receiving stage all-gathers it over TP again: Megatron's
     # scatter-gather optimisation (Narayanan et al. 2021, §4.1) and DeepSpeed's PipelineEngine with
@@ -157,26 +162,46 @@ def pipeline_send_time(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs):
     crosses = k.tp * k.cp * k.dp >= c.nvlink_domain
     split = where(fw.pp_scatter_gather, k.tp, 1.0)
     full = k.tokens * m.hidden * k.act_bytes
+    transfer = p2p_time(full / split, crosses, c)
     regather = where(split > 1, all_gather_time(full, k.tp, members_per_domain(k.tp, 1, c.nvlink_domain), c), 0.0)
+    first, mid, last = pipeline_transfer_counts(fw)
+    gathers_first, gathers_mid, gathers_last = pipeline_regather_counts(fw)
+    chunk = {"first": first * transfer + gathers_first * regather,
+             "mid": mid * transfer + gathers_mid * regather,
+             "last": last * transfer + gathers_last * regather}
     # Interleaving sends every micro-batch across vpp times as many stage boundaries (Narayanan et al.
-    # 2021, §2.2.2: "the amount of communication also increases by v").
+    # 2021, §2.2.2: "the amount of communication also increases by v"): a device runs vpp model chunks,
+    # one of them the model's first (last) on the first (last) device, the others middle chunks.
     # An interleaved schedule may post its sends and receives asynchronously and run the next model
     # chunk meanwhile (Megatron-Core overlap_p2p_comm); the framework says what share that hides.
+    v = asf(k.vpp)
     exposed = where(k.vpp > 1, 1.0 - fw.pp_overlap, 1.0)
-    # Each received tensor (an activation forward, a gradient backward) is all-gathered once.
-    sends = asf(k.vpp) * (pipeline_transfers_per_microbatch(fw) * p2p_time(full / split, crosses, c)
-                          + 2.0 * regather)
-    return where(k.pp > 1, sends * exposed, 0.0)
+    on = where(k.pp > 1, exposed, 0.0)
+    return (on * ((v - 1.0) * chunk["mid"] + chunk["first"]), on * v * chunk["mid"],
+            on * ((v - 1.0) * chunk["mid"] + chunk["last"]))
 
 
-def pipeline_transfers_per_microbatch(fw: Framework) -> float:
-    """Transfer times a middle stage waits for per micro-batch. Megatron posts a send and the matching
-    receive in one batched call (send_forward_recv_backward, send_backward_recv_forward: torch
-    batch_isend_irecv), so the two directions share one transfer time and a micro-batch costs two (one
-    per pass). DeepSpeed's PipelineEngine runs SendGrad, RecvActivation, RecvGrad and SendActivation as
-    separate commands (DeepSpeed edaa72212 runtime/pipe/schedule.py:216-223), each a blocking
-    send / recv (runtime/pipe/p2p.py:48, 69 assert async_op == False): four."""
-    return 4.0 if fw.pp_blocking_p2p else 2.0
+def pipeline_transfer_counts(fw: Framework) -> tuple[float, float, float]:
+    """Transfer times the first, a middle and the last stage wait for per micro-batch. Megatron
+    posts a send and the matching receive in one batched call (send_forward_recv_backward,
+    send_backward_recv_forward: torch batch_isend_irecv), so the two directions share one transfer
+    time: a middle stage waits for two per micro-batch (one per pass), the first and the last for one
+    (their other call has nothing to send or receive). DeepSpeed's PipelineEngine runs SendGrad,
+    RecvActivation, RecvGrad and SendActivation as separate commands (DeepSpeed v0.16.2
+    runtime/pipe/schedule.py:216-223), each its own NCCL send or recv on the stage's stream
+    (runtime/pipe/p2p.py:60, 81; async_op is refused at 48, 69): four on a middle stage, two on the
+    first (SendActivation, RecvGrad) and on the last (RecvActivation, SendGrad)."""
+    return (2.0, 4.0, 2.0) if fw.pp_blocking_p2p else (1.0, 2.0, 1.0)
+
+
+def pipeline_regather_counts(fw: Framework) -> tuple[float, float, float]:
+    """TP all-gathers of a pipeline tensor per micro-batch on the first, a middle and the last stage
+    when sends are split over TP. Megatron gathers each tensor it receives: the activation on a
+    non-first stage, the gradient on a non-last one. DeepSpeed's PipelineEngine does too
+    (runtime/pipe/engine.py:722-726 forward, 845-848 backward, v0.16.2) and, since it keeps only its
+    own partition of each sent activation, also gathers that back before backward on every stage
+    but the last (engine.py:750-760 drops it, 830-833 restores it)."""
+    return (2.0, 3.0, 1.0) if fw.pp_blocking_p2p else (1.0, 2.0, 1.0)
 
 
 # ZeRO-2 reduce-scatters and ZeRO-3 gathers happen every micro-batch.
@@ -410,7 +435,7 @@ def step_time(c: ClusterSpec, fw: Framework, k: Knobs, bodies: Bodies, shared: d
         "recompute": n_micro * on_slowest("recompute"),
         "tp_comm": n_micro * on_slowest("tp_comm"),
         "cp_comm": n_micro * on_slowest("cp_comm"),
-        "pp_comm": n_micro * shared["pp_comm"],
+        "pp_comm": n_micro * on_slowest("pp_comm"),
         "bubble": t_pipe - n_micro * tau_max,
         "dp_comm": n_micro * shared["dp_comm"] + dp_exposed,
         "zero_comm": n_micro * shared["zero_comm"] + zero3.per_step,

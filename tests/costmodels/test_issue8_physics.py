@@ -1007,15 +1007,41 @@ def test_gpu_file_compute_capability(tmp_path):
         catalog.gpu_from_dict(d)
 
 
-def test_deepspeed_pipeline_engine_waits_for_four_transfers_per_microbatch():
+def test_deepspeed_pipeline_engine_waits_for_each_transfer_on_its_own():
     """Item 5: DeepSpeed's PipelineEngine runs SendGrad, RecvActivation, RecvGrad and SendActivation as
-    separate commands (DeepSpeed edaa72212 runtime/pipe/schedule.py:216-223), each a blocking send or
-    recv (runtime/pipe/p2p.py:48, 69), so a stage waits for four transfers per micro-batch; Megatron
-    pairs each send with a receive in one batched call (two). The model charged both two."""
+    separate commands (DeepSpeed v0.16.2 runtime/pipe/schedule.py:216-223), each its own NCCL send or
+    recv (runtime/pipe/p2p.py:60, 81), so a middle stage waits for four transfers per micro-batch and
+    the first and last for two; Megatron pairs each send with a receive in one batched call (two and
+    one). The model charged both frameworks two on every stage."""
+    from costmodels.comm import p2p_time
+    from costmodels.layout_time import pipeline_send_times
+    from costmodels.stages import read_knobs
+    from costmodels.types import Layout
+
+    model = catalog.load_model("llama2-7b")
+    cluster = catalog.load_cluster("A100-80GB", num_gpus=32)
+    ds, mlm = catalog.load_framework("megatron-deepspeed"), catalog.load_framework("megatron-lm")
+    # tp 1 (nothing to gather): (first, middle, last) in transfer times, and the step's bottleneck
+    # (the last stage, which also holds the output layer)
+    k = read_knobs(Layout(tp=1, pp=4, dp=8, mbs=1, gbs=64))
+    transfer = p2p_time(k.tokens * model.hidden * k.act_bytes, True, cluster)    # stages 8 GPUs apart
+    assert [float(x) / transfer for x in pipeline_send_times(model, cluster, ds, k)] == pytest.approx([2, 4, 2])
+    assert [float(x) / transfer for x in pipeline_send_times(model, cluster, mlm, k)] == pytest.approx([1, 2, 1])
     parallel = {"tp": 1, "pp": 4, "dp": 2, "micro_batch": 1, "global_batch": 64, "zero_stage": 1,
                 "precision": "bf16", "recompute": "full"}
     run = dict(model="llama2-7b", cluster={"gpu": "A100-80GB", "num_gpus": 8}, parallel=parallel)
-    ds = planner.estimate(**run, framework="megatron-deepspeed").estimate
-    mlm = planner.estimate(**run, framework="megatron-lm").estimate
-    assert mlm.time.pp_comm > 0.0
-    assert ds.time.pp_comm == pytest.approx(2.0 * mlm.time.pp_comm, rel=1e-9)
+    est_ds = planner.estimate(**run, framework="megatron-deepspeed").estimate
+    est_mlm = planner.estimate(**run, framework="megatron-lm").estimate
+    assert est_mlm.time.pp_comm > 0.0
+    assert est_ds.time.pp_comm == pytest.approx(2.0 * est_mlm.time.pp_comm, rel=1e-9)
+
+
+def test_deepspeed_pipeline_engine_regathers_its_own_output_before_backward():
+    """With tp > 1 the PipelineEngine keeps only its TP partition of each activation it sends and
+    all-gathers it back before backward (DeepSpeed v0.16.2 runtime/pipe/engine.py:750-760, 830-833):
+    three TP all-gathers per micro-batch on a middle stage (Megatron: two), two on the first (one),
+    one on the last (one)."""
+    from costmodels.layout_time import pipeline_regather_counts
+
+    assert pipeline_regather_counts(catalog.load_framework("megatron-deepspeed")) == (2.0, 3.0, 1.0)
+    assert pipeline_regather_counts(catalog.load_framework("megatron-lm")) == (1.0, 2.0, 1.0)
