@@ -119,11 +119,16 @@ def yaml_exponent_text(value):
     return value
 
 
+def _is_real(value) -> bool:
+    """A real number of any kind (int, float, numpy scalar, Fraction), never a bool (Python's or numpy's)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_"
+
+
 def parse_number(value, *, what: str, low: float | None = None, high: float | None = None,
                  low_open: bool = False, integer: bool = False) -> float:
     """A plain number (no unit) in [low, high] ((low, high] with `low_open`); finite; never a bool."""
     value = yaml_exponent_text(value)
-    if isinstance(value, numbers.Real) and not isinstance(value, (int, float, bool)) and type(value).__name__ != "bool_":
+    if _is_real(value) and not isinstance(value, (int, float)):
         value = int(value) if isinstance(value, numbers.Integral) else float(value)     # numpy scalars
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
         kind = "a whole number" if integer else "a number"
@@ -168,7 +173,7 @@ def parse_price(value, what: str) -> tuple[float, str]:
     """A price per GPU-hour with an optional currency: 2.5, '2.5', '2.5 USD', 'EUR 2.1', '$2.5' ->
     (2.5, 'USD'); ($, €, £ are named; another currency is kept as written; none: ''). `what` names
     the setting in the error ('--price-per-gpu-hour', 'cluster price_per_gpu_hour')."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_":
+    if _is_real(value):
         amount, currency = float(value), ""          # int, float, numpy scalars, Fraction
     else:
         m = _PRICE.fullmatch(value) if isinstance(value, str) and len(value) <= MAX_PRICE_TEXT else None

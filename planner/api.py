@@ -364,7 +364,6 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
         from dataclasses import replace
         price, currency = parse_price(price_per_gpu_hour)
         c = replace(c, price_per_gpu_hour=price, price_currency=currency)
-    currency = c.price_currency
     profile = load_profile(framework_arg(framework))
     if calibration is not None:
         from dataclasses import replace
@@ -437,5 +436,5 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
                                     "give --tokens (e.g. 2e12) or training.total_tokens in the case file"))
     if advice and objectives[0] != "memory":     # a plan chosen for memory headroom is slow by request
         warnings += advise(found)
-    return PlanResult.from_search(found, notes=notes, warnings=warnings, currency=currency,
+    return PlanResult.from_search(found, notes=notes, warnings=warnings,
                                   base_cluster=base_cluster if calibration is not None else None)

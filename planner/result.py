@@ -78,17 +78,21 @@ class SearchResult:
 class PlanResult(SearchResult):
     notes: tuple[str, ...] = ()          # defaults and roundings applied to the inputs
     warnings: tuple = ()                 # advice.PlanWarning: what limits the plan, the fix
-    currency: str = ""                   # of cluster.price_per_gpu_hour, as the user gave it
     # the cluster as given, before a calibration replaced its constants (None: not calibrated);
     # plan.json records this one, so the calibration is applied once when the plan is read back
     base_cluster: ClusterSpec | None = None
 
     @classmethod
-    def from_search(cls, found: SearchResult, notes=(), warnings=(), currency: str = "",
+    def from_search(cls, found: SearchResult, notes=(), warnings=(),
                     base_cluster: ClusterSpec | None = None) -> "PlanResult":
-        """The PlanResult of a search, with the notes on its inputs, the advice and the currency."""
+        """The PlanResult of a search, with the notes on its inputs and the advice."""
         return cls(**{f.name: getattr(found, f.name) for f in fields(SearchResult)},
-                   notes=tuple(notes), warnings=tuple(warnings), currency=currency, base_cluster=base_cluster)
+                   notes=tuple(notes), warnings=tuple(warnings), base_cluster=base_cluster)
+
+    @property
+    def currency(self) -> str:
+        """The currency of cluster.price_per_gpu_hour as given ('' when not stated)."""
+        return self.cluster.price_currency
 
     @property
     def error_bands(self) -> dict:
