@@ -17,8 +17,9 @@ from planner.lattice import values_to_layout
 
 
 def exhaustive_reference(space: Space, profile: RulesProfile, objective: str = "time"):
-    """The best layout of `space` that fits and its objective value (time per token, or minus the
-    memory headroom), found by trying every combination."""
+    """The best layout of `space` that fits (with the caching allocator's cache, as the search requires:
+    a tight layout is not proposed) and its objective value (time per token, or minus the memory
+    headroom), found by trying every combination."""
     cost_fw = profile.load_cost_profile()
     ctx = Ctx(space.model, space.cluster, space.request.num_gpus)
     names = [k for k in KNOBS if k != "dp"]
@@ -33,7 +34,7 @@ def exhaustive_reference(space: Space, profile: RulesProfile, objective: str = "
             continue
         layout = values_to_layout(values)
         est = estimate(space.model, space.cluster, cost_fw, layout)
-        if not est.fits:
+        if not est.fits or est.tight:
             continue
         value = {"time": est.step_time_s / est.tokens_per_step,
                  "memory": -est.headroom_bytes}.get(objective, est.step_time_s / est.tokens_per_step)

@@ -107,7 +107,8 @@ def main(argv=None):
     print("held-out published runs (never fitted; catalog constants):")
     print(f"{'run':48s} {'measured s':>10s} {'predicted s':>11s} {'error':>7s}   memory (measured / predicted GiB)")
     for r in heldout:
-        flag = "" if r.fits else "   predicted not to fit"
+        flag = ("   predicted tight (fits without the allocator's cache)" if r.tight else "") if r.fits \
+            else "   predicted not to fit"
         mem = ""
         if r.memory_error is not None:
             mem = (f"   {r.record.measured_memory_gib:5.1f} / {r.predicted_memory_gib:5.1f} "
@@ -117,6 +118,7 @@ def main(argv=None):
     h_src = {s: float(np.mean([abs(r.step_error) for r in rs])) for s, rs in by.items()}
     report["heldout"] = h_src
     report["heldout_not_fitting"] = [r.record.id for r in heldout if not r.fits]
+    report["heldout_tight"] = [r.record.id for r in heldout if r.tight]
     report["heldout_memory"] = {r.record.id: r.memory_error for r in heldout if r.memory_error is not None}
     for s, v in h_src.items():
         print(f"  {s:22s} {len(by[s]):3d} runs  MAPE {v * 100:5.1f}%")
@@ -124,7 +126,7 @@ def main(argv=None):
     report["heldout_overall"] = h_all
     print(f"  {'all held-out':22s} {len(heldout):3d} runs  MAPE {h_all * 100:5.1f}%  "
           f"(mean of sources {np.mean(list(h_src.values())) * 100:.1f}%); "
-          f"{len(report['heldout_not_fitting'])} predicted not to fit")
+          f"{len(report['heldout_not_fitting'])} predicted not to fit, {len(report['heldout_tight'])} tight")
     hm = list(report["heldout_memory"].values())
     if hm:
         print(f"  held-out memory: {len(hm)} runs, MAPE {np.mean(np.abs(hm)) * 100:.1f}%, "

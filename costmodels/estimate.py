@@ -54,7 +54,7 @@ def estimate_batch(model: ModelSpec, cluster: ClusterSpec, framework: Framework,
         return BatchEstimate(_columns(_estimate_chunk(model, cluster, framework, layouts), n))
 
     # Each chunk writes its rows into columns allocated once from the first chunk's keys, float64 but for
-    # the two fit flags (no concatenation of every column at the end).
+    # the fit flags (no concatenation of every column at the end).
     first = _estimate_chunk(model, cluster, framework, layouts.take(slice(0, CHUNK)))
     out = {k: np.empty(n, dtype=bool if np.asarray(v).dtype == bool else float) for k, v in first.items()}
 
@@ -121,13 +121,20 @@ def _output_columns(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stages, time
                     mem: Memory, host: HostMemory) -> dict:
     """The columns of a BatchEstimate, in their order."""
     cols = {f"mem_{key}": v for key, v in mem.columns.items()}
+    required = mem.allocated + mem.columns["step_copies"] + mem.columns["cuda_context"]
     cols.update({f"time_{key}": v for key, v in time.items()})
     cols.update({
         "step_time_s": step,
         "peak_memory_bytes": mem.total,
         "allocated_bytes": mem.allocated,
         "reserved_bytes": mem.allocated + mem.columns["fragmentation"] + mem.columns["step_copies"],
-        "fits": (mem.total <= c.gpu.hbm_bytes) & host.fits,
+        # what the job cannot run without (MemoryBreakdown.required): the caching allocator gives
+        # its cache (`fragmentation`) back before an allocation fails. `fits`: the job runs;
+        # `fits_with_cache`: with the cache too, the layouts the search proposes; `tight`: between.
+        "required_memory_bytes": required,
+        "fits": (required <= c.gpu.hbm_bytes) & host.fits,
+        "fits_with_cache": (mem.total <= c.gpu.hbm_bytes) & host.fits,
+        "tight": (required <= c.gpu.hbm_bytes) & (mem.total > c.gpu.hbm_bytes) & host.fits,
         "host_fits": host.fits,
         "host_bytes_per_node": host.per_node,
         "host_ram_bytes_per_node": host.ram,

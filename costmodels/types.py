@@ -556,8 +556,18 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> float:
-        """Whole-process device memory (what nvidia-smi shows); must fit in HBM."""
+        """Whole-process device memory (what nvidia-smi shows) when the GPU has room for the
+        allocator's cache."""
         return self.reserved + self.cuda_context
+
+    @property
+    def required(self) -> float:
+        """The least device memory the process runs in: live tensors at the peak, the step's copies
+        and the CUDA context. PyTorch's caching allocator gives its cache back before it fails an
+        allocation (c10/cuda/CUDACachingAllocator.cpp: on a failed cudaMalloc it frees cached blocks
+        that are not split and retries), so this, not `total`, must fit in HBM; between the two the
+        job runs with allocator retries (an OOM risk: split blocks cannot be given back)."""
+        return self.allocated + self.step_copies + self.cuda_context
 
 
 @dataclass(frozen=True, slots=True)
@@ -632,8 +642,19 @@ class Estimate:
         return self.hbm_bytes - self.memory.total
 
     @property
+    def required_memory_bytes(self) -> float:
+        return self.memory.required
+
+    @property
     def fits(self) -> bool:
-        return self.memory.total <= self.hbm_bytes and self.host_fits
+        """The job runs: what it cannot do without fits in HBM (MemoryBreakdown.required); with a
+        negative headroom it runs without the allocator's usual cache (`tight`)."""
+        return self.memory.required <= self.hbm_bytes and self.host_fits
+
+    @property
+    def tight(self) -> bool:
+        """Fits, but not with the caching allocator's cache: allocator retries, OOM risk."""
+        return self.fits and self.memory.total > self.hbm_bytes
 
     def time_to_train_s(self, tokens: float) -> float:
         return tokens / self.tokens_per_s
@@ -656,6 +677,7 @@ class Estimate:
             "peak_memory_gib": _plain(self.peak_memory_bytes / 2**30),
             "hbm_bytes": _plain(self.hbm_bytes),
             "headroom_bytes": _plain(self.headroom_bytes),
+            "required_memory_bytes": _plain(self.required_memory_bytes),
             "fits": bool(self.fits),
             "host_memory_fits": bool(self.host_fits),
             "num_gpus": _plain(self.num_gpus),

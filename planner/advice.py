@@ -74,7 +74,7 @@ def _effect(before, after) -> str:
 def _predicted(change: str, before, after, layout=None) -> dict:
     from .text import layout_line
 
-    out = {"change": change, "fits": bool(after.fits), "mfu": [before.mfu, after.mfu],
+    out = {"change": change, "fits": bool(after.fits), "tight": bool(after.tight), "mfu": [before.mfu, after.mfu],
            "tokens_per_s_per_gpu": [before.tokens_per_s_per_gpu, after.tokens_per_s_per_gpu],
            "step_time_s": [before.step_time_s, after.step_time_s]}
     if layout is not None:
@@ -219,7 +219,8 @@ def advise(result, replan=None) -> list[PlanWarning]:
     if e.mfu < LOW_MFU:
         label, share = _limiting(e)
         fewer = _fewer_gpus(result, replan)
-        fixes = [w for w in out + ([fewer] if fewer else []) if w.predicted and w.predicted["fits"]]
+        fixes = [w for w in out + ([fewer] if fewer else [])
+                 if w.predicted and w.predicted["fits"] and not w.predicted["tight"]]
         if fixes:
             top = max(fixes, key=lambda w: w.predicted["mfu"][1])
             text, pred = top.suggestion, top.predicted

@@ -32,7 +32,9 @@ class Collector:
     def add(self, cols: dict, batch):
         n = len(batch)
         self.scored += n
-        fits = np.asarray(batch.fits)
+        # The search proposes layouts that fit with the caching allocator's cache; a tight one (runs
+        # only when the allocator gives its cache back) is estimated, not proposed.
+        fits = np.asarray(batch.fits_with_cache)
         self.fitting += int(fits.sum())
         if not fits.any():
             return

@@ -76,6 +76,7 @@ def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
             continue
         if not batch.fits[i]:
             lines.append(f"{head}: does not fit ({fmt_bytes(batch.peak_memory_bytes[i])} per GPU, "
+                         f"{fmt_bytes(batch.required_memory_bytes[i])} without the allocator's cache; "
                          f"{fmt_bytes(ctx.cluster.gpu.hbm_bytes)} available)")
             continue
         per_token = batch.step_time_s[i] / batch.tokens_per_step[i]
@@ -86,7 +87,8 @@ def why_best(best, profile, space, ctx, cost_fw) -> list[str]:
         key = max(moves, key=lambda f: abs(moves[f]))
         sign = "+" if moves[key] >= 0 else "-"
         mem = batch.peak_memory_bytes[i] - best.estimate.memory.total
-        risk = "; OOM risk" if oom[i] else ""
+        risk = ("; tight: runs only if the caching allocator gives its cache back, OOM risk" if batch.tight[i]
+                else "; OOM risk" if oom[i] else "")
         lines.append(f"{head}: {delta * 100:+.1f}% time per token ({TIME_LABELS[key]} {sign}{abs(moves[key]):.3g} s/step; "
                      f"memory {'+' if mem >= 0 else '-'}{fmt_bytes(abs(mem))}{risk})")
     return lines

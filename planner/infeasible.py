@@ -40,7 +40,13 @@ def nothing_fits(model, cluster, profile, request, space) -> InfeasibleError:
                          "precision", "mbs", "tp", "pp")
              if k in request.choices]
     hint = f"; or free {', '.join('--' + k.replace('_', '-') for k in freed)}" if freed else ""
-    lowest, host_limited, one_fits = memory_limits(model, cluster, profile, space)
+    lowest, host_limited, one_fits, lowest_required = memory_limits(model, cluster, profile, space)
+    if not one_fits and lowest_required is not None and lowest_required <= cluster.gpu.hbm_bytes:
+        return InfeasibleError(
+            f"no layout fits on {n} x {cluster.gpu.name} with PyTorch's caching allocator's cache: the leanest "
+            f"needs {fmt_bytes(lowest)} per GPU with it, {fmt_bytes(lowest_required)} without, of "
+            f"{fmt_bytes(cluster.gpu.hbm_bytes)}; such a tight layout runs only with allocator retries and an OOM "
+            f"risk, so the search does not propose it (check one with planner estimate){hint}", min_gpus=min_gpus)
     if one_fits:
         return InfeasibleError(
             f"no layout the search visited fits in memory on {n} x {cluster.gpu.name}, but one exists (the leanest "
@@ -85,15 +91,16 @@ def smallest_gpu_count(model, cluster, profile, request) -> int | None:
     return None
 
 
-def memory_limits(model, cluster, profile, space) -> tuple[float | None, bool, bool]:
+def memory_limits(model, cluster, profile, space) -> tuple[float | None, bool, bool, float | None]:
     """Over every layout satisfying the rules: the smallest peak memory per GPU (None: no such layout);
     whether host memory is what stops them (some fit the GPU, none of those the nodes' host memory and
-    NVMe); whether one fits after all (a search that samples, Optuna, did not visit it)."""
+    NVMe); whether one fits after all (a search that samples, Optuna, did not visit it); the least memory
+    per GPU a layout runs in without the allocator's cache (MemoryBreakdown.required; None: none)."""
     core, cat, cross, _ = cpsat.sub_lattices(space, profile.all_rules)
     if not len(core["tp"]) or not len(cat["zero"]):
-        return None, False, False
+        return None, False, False, None
     cost_fw = profile.load_cost_profile()
-    best, gpu_side_fits, any_fits = None, False, False
+    best, gpu_side_fits, any_fits, least_required = None, False, False, None
     nk = len(cat["zero"])
     per = max(1, SCORE_CHUNK // nk)
     for start in range(0, len(core["tp"]), per):
@@ -103,5 +110,9 @@ def memory_limits(model, cluster, profile, space) -> tuple[float | None, bool, b
             low = float(np.min(b.peak_memory_bytes))
             best = low if best is None else min(best, low)
             gpu_side_fits |= bool(np.any(b.peak_memory_bytes <= cluster.gpu.hbm_bytes))
-            any_fits |= bool(np.any(b.fits))
-    return best, gpu_side_fits and not any_fits, any_fits
+            any_fits |= bool(np.any(b.fits_with_cache))
+            runs = np.asarray(b.required_memory_bytes)[np.asarray(b.host_fits)]
+            if len(runs):
+                need = float(np.min(runs))
+                least_required = need if least_required is None else min(least_required, need)
+    return best, gpu_side_fits and not any_fits, any_fits, least_required

@@ -225,6 +225,6 @@ def seed_layouts(space, cost_fw, core, cat, cross, n=16):
     if not len(cols["tp"]):
         return []
     batch = estimate_batch(space.model, space.cluster, cost_fw, columns_to_batch(cols))
-    vals = np.where(batch.fits, batch.step_time_s / batch.tokens_per_step, np.inf)
+    vals = np.where(batch.fits_with_cache, batch.step_time_s / batch.tokens_per_step, np.inf)
     best = np.argsort(vals, kind="stable")[:n]
     return [{k: int(cols[k][i]) for k in KNOBS} for i in best if np.isfinite(vals[i])]

@@ -90,6 +90,10 @@ def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: fl
     lines.append(f"  memory per GPU   {fmt_bytes(est.peak_memory_bytes)} of {fmt_bytes(est.hbm_bytes)}  "
                  f"({status}, headroom {fmt_bytes(est.headroom_bytes)})"
                  + _band(bands, "peak_memory_band_bytes", fmt_bytes))
+    if est.tight:
+        lines.append(f"  TIGHT: runs only if PyTorch's caching allocator gives back its cache (live tensors and "
+                     f"context {fmt_bytes(est.required_memory_bytes)}); expect allocator retries, and "
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation")
     if bands and bands.get("oom_risk"):
         lines.append("  OOM RISK: the upper memory band exceeds the GPU's memory")
     if not est.host_fits:

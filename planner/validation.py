@@ -448,6 +448,7 @@ class Result:
     predicted_step_s: float
     predicted_memory_gib: float | None
     fits: bool
+    tight: bool = False              # fits only when the caching allocator gives its cache back
 
     @property
     def step_error(self) -> float:
@@ -494,9 +495,19 @@ def evaluate(records: list[Record], overrides=None, prepared=None) -> list[Resul
             if rec.memory_method:
                 column = {"allocated": "allocated_bytes", "reserved": "reserved_bytes",
                           "device": "peak_memory_bytes"}[rec.memory_method]
-                mem = float(batch.columns[column][row]) / GiB
+                mem = float(batch.columns[column][row])
+                if rec.memory_method != "allocated" and bool(batch.fits[row]):
+                    # the allocator's cache never outgrows the GPU: it is given back first
+                    # (MemoryBreakdown.required), so a reading above the device is not possible
+                    cap = prepared[i].cluster.gpu.hbm_bytes
+                    if rec.memory_method == "reserved":
+                        cap -= float(batch.columns["mem_cuda_context"][row])
+                    mem = min(mem, cap)
+                mem /= GiB
             step = comparable_step_s(rec, prepared[i], float(batch.step_time_s[row]))
-            out[i] = Result(rec, step, mem, bool(batch.fits[row]))
+            fits = bool(batch.fits[row])
+            tight = fits and float(batch.peak_memory_bytes[row]) > prepared[i].cluster.gpu.hbm_bytes
+            out[i] = Result(rec, step, mem, fits, tight)
     return out
 
 
@@ -534,6 +545,7 @@ def summarize(results: list[Result]) -> dict:
         "memory_max": max((abs(r.memory_error) for r in mem), default=None),
         "memory_over_10pct": [r.record.id for r in mem if abs(r.memory_error) > 0.10],
         "not_fitting": [r.record.id for r in results if not r.fits],
+        "tight": [r.record.id for r in results if r.tight],
         "pairs": pairs,
         "pair_order_right": right / pairs if pairs else None,
     }
@@ -572,6 +584,8 @@ def format_table(results: list[Result], summary: dict, per_record_vtrain: bool =
         lines.append(f"memory: MAPE {summary['memory_mape'] * 100:.1f}%, worst {summary['memory_max'] * 100:.1f}%, "
                      f"over 10%: {', '.join(summary['memory_over_10pct']) or 'none'}")
     lines.append(f"published runs predicted not to fit: {', '.join(summary['not_fitting']) or 'none'}")
+    if summary["tight"]:
+        lines.append(f"predicted tight (fit only without the allocator's cache): {', '.join(summary['tight'])}")
     lines.append(f"same-model pairs ordered right (gap > 5%): {summary['pair_order_right'] * 100:.1f}% "
                  f"of {summary['pairs']}")
     return "\n".join(lines)
