@@ -144,7 +144,8 @@ def parse_number(value, *, what: str, low: float | None = None, high: float | No
 def currency_problem(currency) -> str | None:
     """Why `currency` is not a currency the planner writes beside a price, or None. A name of letters
     (USD, EUR, yen), one non-Latin letter (円, 元: a single ASCII letter such as the 'e' of '2.5e' is a
-    typo), or one currency sign ($, €, ¥), at most 12 characters. The same rule for a cluster file's
+    typo), one currency sign ($, €, ¥) or a country's capitals and a sign (US$, HK$), at most 12
+    characters, none of them an invisible Hangul filler. The same rule for a cluster file's
     price, --price-per-gpu-hour and a plan.json read back (an edited 'USD/h <b>' was rendered into
     report.md)."""
     import unicodedata
@@ -153,13 +154,18 @@ def currency_problem(currency) -> str | None:
         return f"the currency must be text, got {type(currency).__name__}"
     if not currency:
         return None
+    # Hangul fillers are letters (category Lo) that draw nothing: a currency nobody could read
+    visible = all("FILLER" not in unicodedata.name(ch, "FILLER") for ch in currency)
     word = len(currency) >= 2 and all(ch.isalpha() for ch in currency)
     letter = len(currency) == 1 and currency.isalpha() and not currency.isascii()
     symbol = len(currency) == 1 and unicodedata.category(currency) == "Sc"
-    if (word or letter or symbol) and len(currency) <= 12:
+    # a country prefix and a sign: US$, HK$, NZ$, R$
+    prefixed = (2 <= len(currency) <= 4 and unicodedata.category(currency[-1]) == "Sc"
+                and currency[:-1].isascii() and currency[:-1].isalpha() and currency[:-1].isupper())
+    if (word or letter or symbol or prefixed) and visible and len(currency) <= 12:
         return None
-    return ("the currency must be a name of letters such as USD or EUR, or a currency sign such as $ "
-            f"(at most 12 characters), got {currency[:20]!r}")
+    return ("the currency must be a name of letters such as USD or EUR, or a currency sign such as $ or US$ "
+            f"(at most 12 characters), got {ascii(currency[:20])}")
 
 
 # one way to split any text (no nested repetition: linear in the text, which is at most MAX_PRICE_TEXT)
