@@ -562,11 +562,12 @@ class MemoryBreakdown:
 
     @property
     def required(self) -> float:
-        """The least device memory the process runs in: live tensors at the peak, the step's copies
+        """What must fit in HBM for the process to run: live tensors at the peak, the step's copies
         and the CUDA context. PyTorch's caching allocator gives its cache back before it fails an
         allocation (c10/cuda/CUDACachingAllocator.cpp: on a failed cudaMalloc it frees cached blocks
-        that are not split and retries), so this, not `total`, must fit in HBM; between the two the
-        job runs with allocator retries (an OOM risk: split blocks cannot be given back)."""
+        that are not split and retries), so this, not `total`, is the limit; it is a necessary
+        condition, not a sufficient one: the free parts of split blocks cannot be given back, so
+        between this and `total` the job runs with allocator retries and an OOM risk."""
         return self.allocated + self.step_copies + self.cuda_context
 
 
@@ -679,6 +680,7 @@ class Estimate:
             "headroom_bytes": _plain(self.headroom_bytes),
             "required_memory_bytes": _plain(self.required_memory_bytes),
             "fits": bool(self.fits),
+            "tight": bool(self.tight),
             "host_memory_fits": bool(self.host_fits),
             "num_gpus": _plain(self.num_gpus),
             "tokens_per_step": _plain(self.tokens_per_step),

@@ -261,8 +261,11 @@ def _memory_warning(result, share) -> PlanWarning:
         fw = result.profile.load_cost_profile()
         e2 = estimate(result.model, result.cluster, fw, lean)
         change = "the same layout without " + " and ".join(what or ["recompute / offload"])
-        text = (f"{change} would need {fmt_bytes(e2.memory.total)} per GPU (the {result.cluster.gpu.name} has "
-                f"{fmt_bytes(e.hbm_bytes)}) and give {_effect(e, e2)}: more GPUs or a GPU with more memory")
+        has = f"the {result.cluster.gpu.name} has {fmt_bytes(e.hbm_bytes)}"
+        need = (f"would be tight ({fmt_bytes(e2.memory.total)} per GPU with the allocator's cache, "
+                f"{fmt_bytes(e2.required_memory_bytes)} without; {has})" if e2.tight
+                else f"would need {fmt_bytes(e2.memory.total)} per GPU ({has})")
+        text = f"{change} {need} and give {_effect(e, e2)}: more GPUs or a GPU with more memory"
         pred = _predicted(change, e, e2, lean)
     except (PlannerError, ValueError):
         pass

@@ -40,13 +40,18 @@ def nothing_fits(model, cluster, profile, request, space) -> InfeasibleError:
                          "precision", "mbs", "tp", "pp")
              if k in request.choices]
     hint = f"; or free {', '.join('--' + k.replace('_', '-') for k in freed)}" if freed else ""
-    lowest, host_limited, one_fits, lowest_required = memory_limits(model, cluster, profile, space)
-    if not one_fits and lowest_required is not None and lowest_required <= cluster.gpu.hbm_bytes:
+    lowest, host_limited, one_fits, leanest_tight = memory_limits(model, cluster, profile, space)
+    if not one_fits and leanest_tight is not None and leanest_tight[0] <= cluster.gpu.hbm_bytes:
+        required, with_cache = leanest_tight
+        host = (" (leaner layouts offload more than the cluster's host memory / NVMe hold)"
+                if host_limited else "")
+        more = f"; or use at least {min_gpus} GPUs" if min_gpus else ""
         return InfeasibleError(
-            f"no layout fits on {n} x {cluster.gpu.name} with PyTorch's caching allocator's cache: the leanest "
-            f"needs {fmt_bytes(lowest)} per GPU with it, {fmt_bytes(lowest_required)} without, of "
-            f"{fmt_bytes(cluster.gpu.hbm_bytes)}; such a tight layout runs only with allocator retries and an OOM "
-            f"risk, so the search does not propose it (check one with planner estimate){hint}", min_gpus=min_gpus)
+            f"no layout fits on {n} x {cluster.gpu.name} with PyTorch's caching allocator's cache{host}: the "
+            f"leanest that runs needs {fmt_bytes(required)} per GPU without the cache, {fmt_bytes(with_cache)} "
+            f"with it, of {fmt_bytes(cluster.gpu.hbm_bytes)}; such a tight layout runs only with allocator "
+            f"retries and an OOM risk, so the search does not propose it (check one with planner estimate)"
+            f"{hint}{more}", min_gpus=min_gpus)
     if one_fits:
         return InfeasibleError(
             f"no layout the search visited fits in memory on {n} x {cluster.gpu.name}, but one exists (the leanest "
@@ -91,16 +96,17 @@ def smallest_gpu_count(model, cluster, profile, request) -> int | None:
     return None
 
 
-def memory_limits(model, cluster, profile, space) -> tuple[float | None, bool, bool, float | None]:
+def memory_limits(model, cluster, profile, space) -> tuple[float | None, bool, bool, tuple | None]:
     """Over every layout satisfying the rules: the smallest peak memory per GPU (None: no such layout);
     whether host memory is what stops them (some fit the GPU, none of those the nodes' host memory and
-    NVMe); whether one fits after all (a search that samples, Optuna, did not visit it); the least memory
-    per GPU a layout runs in without the allocator's cache (MemoryBreakdown.required; None: none)."""
+    NVMe); whether one fits after all (a search that samples, Optuna, did not visit it); of the layouts
+    whose offload fits the host, the one needing least without the allocator's cache: (that need,
+    MemoryBreakdown.required, and its peak with the cache), or None."""
     core, cat, cross, _ = cpsat.sub_lattices(space, profile.all_rules)
     if not len(core["tp"]) or not len(cat["zero"]):
         return None, False, False, None
     cost_fw = profile.load_cost_profile()
-    best, gpu_side_fits, any_fits, least_required = None, False, False, None
+    best, gpu_side_fits, any_fits, leanest = None, False, False, None
     nk = len(cat["zero"])
     per = max(1, SCORE_CHUNK // nk)
     for start in range(0, len(core["tp"]), per):
@@ -111,8 +117,9 @@ def memory_limits(model, cluster, profile, space) -> tuple[float | None, bool, b
             best = low if best is None else min(best, low)
             gpu_side_fits |= bool(np.any(b.peak_memory_bytes <= cluster.gpu.hbm_bytes))
             any_fits |= bool(np.any(b.fits_with_cache))
-            runs = np.asarray(b.required_memory_bytes)[np.asarray(b.host_fits)]
-            if len(runs):
-                need = float(np.min(runs))
-                least_required = need if least_required is None else min(least_required, need)
-    return best, gpu_side_fits and not any_fits, any_fits, least_required
+            host_ok = np.flatnonzero(np.asarray(b.host_fits))
+            if len(host_ok):
+                j = host_ok[np.argmin(np.asarray(b.required_memory_bytes)[host_ok])]
+                pair = (float(b.required_memory_bytes[j]), float(b.peak_memory_bytes[j]))
+                leanest = pair if leanest is None or pair < leanest else leanest
+    return best, gpu_side_fits and not any_fits, any_fits, leanest

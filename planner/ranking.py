@@ -14,7 +14,7 @@ from search_spaces.knobs import STRUCTURAL
 from search_spaces.space import KNOBS
 
 TIE = 1e-4    # objective values within 0.01% count as equal
-TIGHT_MEMORY = 0.10   # among equals, layouts leaving less than this share of GPU memory free rank last
+LOW_HEADROOM = 0.10   # among equals, layouts leaving less than this share of GPU memory free rank last
 
 
 def complexity(cols: dict) -> np.ndarray:
@@ -26,15 +26,15 @@ def complexity(cols: dict) -> np.ndarray:
 
 def rank_rows(cols, batch, values, keep):
     """Indices of the best `keep` rows. The tie rule: objective values within TIE (0.01%) are equal;
-    among equals a layout with at least TIGHT_MEMORY (10%) of the GPU memory free ranks first (the
+    among equals a layout with at least LOW_HEADROOM (10%) of the GPU memory free ranks first (the
     memory estimate has a few percent of error), then the simpler layout (fewer moving parts, see
     `complexity`), then the lower ZeRO stage, then the one using less memory, then the layout's knobs
     in KNOBS order."""
     scale = max(np.abs(values).min(), 1e-300)
     bucket = np.floor(values / (scale * TIE))
     peak = np.asarray(batch.peak_memory_bytes, dtype=float)
-    tight = np.asarray(batch.headroom_bytes, dtype=float) < TIGHT_MEMORY * (peak + np.asarray(batch.headroom_bytes))
-    keys = [cols[k] for k in reversed(KNOBS)] + [peak, cols["zero"], complexity(cols), tight, bucket]
+    low_headroom = np.asarray(batch.headroom_bytes, dtype=float) < LOW_HEADROOM * (peak + np.asarray(batch.headroom_bytes))
+    keys = [cols[k] for k in reversed(KNOBS)] + [peak, cols["zero"], complexity(cols), low_headroom, bucket]
     idx = np.lexsort(keys)
     return idx[:keep]
 

@@ -62,7 +62,9 @@ def test_required_memory_is_the_peak_without_the_cache_and_batch_agrees():
         assert mem.required == pytest.approx(mem.allocated + mem.step_copies + mem.cuda_context, rel=1e-12)
         assert mem.required <= mem.total
         assert float(batch.required_memory_bytes[i]) == pytest.approx(mem.required, rel=1e-12)
-        assert bool(batch.fits[i]) is one.fits
+        assert bool(batch.fits[i]) is one.fits and bool(batch.tight[i]) is one.tight
+        assert bool(batch.fits_with_cache[i]) is (one.fits and not one.tight)     # what the search ranks
+        assert one.to_dict()["tight"] is one.tight
         seen.add((one.fits, one.tight))
     assert seen == {(True, False), (True, True), (False, False)}
 
@@ -94,7 +96,8 @@ def test_a_cache_inclusive_reading_never_exceeds_the_device():
     device, reserved = evaluate(recs)
     hbm = case.cluster.gpu.hbm_bytes / GiB
     assert device.tight and device.predicted_memory_gib == pytest.approx(hbm)
-    assert reserved.predicted_memory_gib < hbm
+    context = case.framework.cuda_context_bytes / GiB
+    assert reserved.predicted_memory_gib == pytest.approx(hbm - context)
     assert np.isfinite(device.memory_error)
 
 
@@ -118,3 +121,38 @@ def test_the_search_does_not_propose_a_tight_layout_and_says_why():
     assert r.exit_code == 2
     assert "with PyTorch's caching allocator's cache" in r.output and "check one with planner estimate" in r.output
     assert "Traceback" not in r.output
+
+
+def test_when_host_memory_stops_the_leaner_layouts_the_tight_message_names_one_layout(tmp_path):
+    """With 64 GiB of host memory per node the optimizer offload that would fit does not fit the host,
+    and the layout without it is tight. The message gave the leanest peak of any layout (69 GiB, an
+    offload one that cannot run) beside the need of another (77 GiB): 'needs 69 GiB with the cache,
+    77 without'. Now both numbers are one layout's, the host limit is said, and the GPU count that
+    would fit is kept."""
+    from click.testing import CliRunner
+    from planner.cli import main
+
+    cluster = tmp_path / "small-host.yaml"
+    cluster.write_text("gpu: H100-SXM\nnum_gpus: 8\ngpus_per_node: 8\nnetwork_bandwidth: 400 Gb/s\n"
+                       "host_memory: 64 GiB\nnvme: 0 TB\n")
+    args = [a if a != "H100-SXM" else str(cluster) for a in PINNED]
+    r = CliRunner().invoke(main, args + ["--offload-params", "none", "--offload-activations", "none"])
+    assert r.exit_code == 2
+    line = r.output.strip().splitlines()[-1]
+    assert "needs 77.20 GiB per GPU without the cache, 84.77 GiB with it" in line, line
+    assert "host memory / NVMe" in line and "or use at least 16 GPUs" in line
+
+
+def test_the_memory_bound_warning_calls_a_tight_lean_layout_tight():
+    """The warning that recompute costs time named the lean layout's cache-inclusive memory as what it
+    'would need', though that layout fits (tight)."""
+    from click.testing import CliRunner
+    from planner.cli import main
+
+    args = [a for a in PINNED]
+    i = args.index("--recompute")
+    del args[i:i + 2]
+    r = CliRunner().invoke(main, args + ["--offload-optimizer", "none"])
+    assert r.exit_code == 0, r.output
+    assert ("without recompute full would be tight (84.77 GiB per GPU with the allocator's cache, "
+            "77.20 GiB without; the H100-SXM has 80.00 GiB)") in r.output

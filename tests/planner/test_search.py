@@ -47,7 +47,7 @@ def test_every_emitted_plan_passes_its_rules():
     ctx = Ctx(result.model, result.cluster, 64)
     for p in result.plans:
         assert check_columns(profile.all_rules, ctx, layout_columns(p.layout))[0]
-        assert p.estimate.fits
+        assert p.estimate.fits and not p.estimate.tight      # the search proposes no tight layout
         assert p.layout.gbs == p.layout.mbs * p.layout.dp * p.layout.num_microbatches
 
 
