@@ -122,6 +122,8 @@ def _output_columns(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stages, time
     """The columns of a BatchEstimate, in their order."""
     cols = {f"mem_{key}": v for key, v in mem.columns.items()}
     required = mem.allocated + mem.columns["step_copies"] + mem.columns["cuda_context"]
+    fits = (required <= c.gpu.hbm_bytes) & host.fits
+    fits_with_cache = (mem.total <= c.gpu.hbm_bytes) & host.fits
     cols.update({f"time_{key}": v for key, v in time.items()})
     cols.update({
         "step_time_s": step,
@@ -132,9 +134,9 @@ def _output_columns(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stages, time
         # its cache (`fragmentation`) back before an allocation fails. `fits`: the job runs;
         # `fits_with_cache`: with the cache too, the layouts the search proposes; `tight`: between.
         "required_memory_bytes": required,
-        "fits": (required <= c.gpu.hbm_bytes) & host.fits,
-        "fits_with_cache": (mem.total <= c.gpu.hbm_bytes) & host.fits,
-        "tight": (required <= c.gpu.hbm_bytes) & (mem.total > c.gpu.hbm_bytes) & host.fits,
+        "fits": fits,
+        "fits_with_cache": fits_with_cache,
+        "tight": np.logical_and(fits, np.logical_not(fits_with_cache)),
         "host_fits": host.fits,
         "host_bytes_per_node": host.per_node,
         "host_ram_bytes_per_node": host.ram,

@@ -505,9 +505,7 @@ def evaluate(records: list[Record], overrides=None, prepared=None) -> list[Resul
                     mem = min(mem, cap)
                 mem /= GiB
             step = comparable_step_s(rec, prepared[i], float(batch.step_time_s[row]))
-            fits = bool(batch.fits[row])
-            tight = fits and float(batch.peak_memory_bytes[row]) > prepared[i].cluster.gpu.hbm_bytes
-            out[i] = Result(rec, step, mem, fits, tight)
+            out[i] = Result(rec, step, mem, bool(batch.fits[row]), bool(batch.tight[row]))
     return out
 
 
