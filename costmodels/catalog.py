@@ -711,11 +711,14 @@ _HF_NOT_DECODER = frozenset({"t5", "mt5", "umt5", "bart", "mbart", "pegasus", "m
 # key-value heads), by model_type; a config.json that names only its class is read by that class. Other
 # families are refused: read generically, BLOOM (ALiBi) was planned as a RoPE model and StarCoder /
 # Falcon (multi-query attention: one key-value head) with as many key-value heads as query heads.
+# "Gated by family": the class's MLP multiplies act(gate_proj x) by up_proj x whatever hidden_act names
+# (transformers LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP, Phi3MLP's fused gate_up_proj, OlmoMLP,
+# Olmo2MLP, GraniteMLP); GPT-2, GPT-NeoX and Nemotron (relu2 between up_proj and down_proj) are not gated.
 _HF_FAMILIES = {   # model_type: (its class in architectures, RMSNorm, tied embeddings unless told, gated by family)
-    "llama": ("LlamaForCausalLM", True, False, False),
-    "mistral": ("MistralForCausalLM", True, False, False),
-    "qwen2": ("Qwen2ForCausalLM", True, False, False),
-    "qwen3": ("Qwen3ForCausalLM", True, False, False),
+    "llama": ("LlamaForCausalLM", True, False, True),
+    "mistral": ("MistralForCausalLM", True, False, True),
+    "qwen2": ("Qwen2ForCausalLM", True, False, True),
+    "qwen3": ("Qwen3ForCausalLM", True, False, True),
     # Gemma's MLP is gated (GeGLU) although its config names the plain function (gelu_pytorch_tanh)
     "gemma": ("GemmaForCausalLM", True, True, True),
     "gemma2": ("Gemma2ForCausalLM", True, True, True),
@@ -723,10 +726,10 @@ _HF_FAMILIES = {   # model_type: (its class in architectures, RMSNorm, tied embe
     "gpt_neox": ("GPTNeoXForCausalLM", False, False, False),
     "gpt2": ("GPT2LMHeadModel", False, True, False),
     "nemotron": ("NemotronForCausalLM", False, False, False),
-    "phi3": ("Phi3ForCausalLM", True, False, False),
-    "olmo": ("OlmoForCausalLM", False, False, False),
-    "olmo2": ("Olmo2ForCausalLM", True, False, False),
-    "granite": ("GraniteForCausalLM", True, False, False),
+    "phi3": ("Phi3ForCausalLM", True, False, True),
+    "olmo": ("OlmoForCausalLM", False, False, True),
+    "olmo2": ("Olmo2ForCausalLM", True, False, True),
+    "granite": ("GraniteForCausalLM", True, False, True),
 }
 _HF_TYPES = frozenset(_HF_FAMILIES)
 _HF_ARCHITECTURES = {cls: mt for mt, (cls, *_) in _HF_FAMILIES.items()}

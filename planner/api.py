@@ -221,22 +221,32 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
     else:
         case_obj = load_case(path_text(case, "case", "a case YAML path (str or pathlib.Path) or a mapping "
                                        "with model, cluster and parallel sections"))
+    calibrated = ()
     if calibration is not None:
         from .calibrate import apply_case, as_constants, check_scope
         constants = as_constants(calibration)
         check_scope(calibration, case_obj.cluster.gpu.name, case_obj.framework.name)
         case_obj = apply_case(case_obj, constants)
+        calibrated = (calibrated_note(constants),)
     from search_spaces.frameworks import structural_errors   # the same rules the planner enforces
     preferences = structural_errors(case_obj)
     est = _estimate(case_obj.model, case_obj.cluster, case_obj.framework, case_obj.layout)
     tokens = token_budget(total_tokens if total_tokens is not None else case_obj.training.total_tokens)
-    return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults,
+    return EstimateResult(case_obj, est, float(tokens or 0.0), case_obj.defaults + calibrated,
                           tuple(PlanWarning(*w) for w in case_obj.warnings) + rule_warnings(case_obj)
                           + tuple(PlanWarning("search_rule", f"estimated anyway: {msg}; collectives that leave "
                                               "the NVLink domain run over the network",
                                               "the planner's search never proposes this layout")
                                   for msg in preferences)
                           + framework_feature_warnings(case_obj))
+
+
+CALIBRATED_NOTE = "calibrated constants: "
+
+
+def calibrated_note(constants: dict) -> str:
+    """The line an estimate or a plan made with a calibration carries (defaults_used)."""
+    return CALIBRATED_NOTE + ", ".join(f"{k} {v:.4g}" for k, v in sorted(constants.items()))
 
 
 def framework_feature_warnings(case) -> tuple:
@@ -388,7 +398,7 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
 
     notes = [n for n in (alias_note("gpu", cluster), alias_note("model", model)) if n]
     if calibration is not None:
-        notes.append("calibrated constants: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(consts.items())))
+        notes.append(calibrated_note(consts))
     seqs = seq_lens_arg(seq_lens)
     if not seqs:
         seq, why = default_seq_len(m)

@@ -90,7 +90,7 @@ def checked_constants(constants: dict, where: str) -> dict:
 def scope_of_file(data: dict, path) -> dict:
     """A calib.yaml's `made_on` (the GPU and framework of the runs it was fitted to); {} for files
     written before it was recorded."""
-    made = data.get("made_on") or {}
+    made = data.get("made_on", {})
     if not isinstance(made, dict) or set(made) - {"gpu", "framework"} or \
             not all(isinstance(v, str) and v and len(v) <= 200 and v == v.strip() and v.isprintable()
                     for v in made.values()):
@@ -210,7 +210,12 @@ CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attent
                 "num_key_value_heads": "num_kv_heads", "ffn_hidden_size": "ffn_hidden",
                 "seq_length": "seq_len", "tensor_model_parallel_size": "tp",
                 "pipeline_model_parallel_size": "pp", "ds_sequence_parallel_size": "cp",
-                "micro_batch_size": "mbs", "global_batch_size": "gbs", "zero_stage": "zero"}
+                "micro_batch_size": "mbs", "global_batch_size": "gbs", "zero_stage": "zero",
+                "world_size": "gpus", "data_parallel_size": "dp"}
+# Arguments that say how the run trained (precision, recomputation): 'True' / 'False' or a name
+# (megatron/arguments.py prints every argument; --checkpoint-activations and --recompute-granularity
+# are what launch.sh passes for recomputation, planner/emit/megatron_ds.py).
+CHECKED_FLAGS = ("fp16", "bf16", "checkpoint_activations", "recompute_granularity")
 WARMUP_ITERS = 3        # the first iterations include compilation, allocator growth and NCCL setup
 # No training step is shorter than a millisecond or longer than a day (outside: a damaged log or file).
 MIN_STEP_S, MAX_STEP_S = 1e-3, 86400.0
@@ -262,6 +267,13 @@ def _lines_to_read(text: str):
                     yield number, line
 
 
+def _looks_utf16(text: str) -> bool:
+    """A UTF-16 file read as UTF-8: a byte-order mark (two replacement characters) or a NUL beside
+    every other ASCII letter."""
+    head = text[:4096]
+    return head.startswith("\ufffd\ufffd") or (len(head) >= 16 and head.count("\0") >= len(head) // 3)
+
+
 def parse_log(path) -> LogRun:
     text = catalog.read_text_file(path, "log", limit=MAX_LOG_BYTES, errors="replace")
     iters, fields, memory, args = [], {}, None, {}
@@ -289,13 +301,16 @@ def parse_log(path) -> LogRun:
                               (float(x) for x in m.groups())))
             continue
         m = _ARG.match(line)
-        if m and m.group(1) in CHECKED_ARGS:
+        if m and (m.group(1) in CHECKED_ARGS or m.group(1) in CHECKED_FLAGS):
             name, value = m.group(1), m.group(2).strip()
             if args.get(name, value) != value:
                 raise SpecError(f"log '{path}' holds more than one run: its arguments give {name} "
                                 f"{args[name]} and later {value} (line {number}); give each "
                                 "run's log on its own")
             args[name] = value
+    if not iters and _looks_utf16(text):
+        raise SpecError(f"log '{path}' is not UTF-8 text; it looks like UTF-16 (as Windows PowerShell's '>' "
+                        "writes): save it as UTF-8")
     if not iters:
         raise SpecError(f"log '{path}' has no iteration lines (Megatron-DeepSpeed's 'iteration N/M | ... "
                         "elapsed time per iteration (ms): X |'); is it a training log, with --log-interval set?")
@@ -303,7 +318,11 @@ def parse_log(path) -> LogRun:
     if last < total:
         raise SpecError(f"log '{path}' is truncated: its last iteration line is {last} of {total} "
                         "(the run stopped early or the log was cut)")
-    steady = [ms for it, _, ms in iters if it > WARMUP_ITERS] or [iters[-1][2]]
+    steady = [ms for it, _, ms in iters if it > WARMUP_ITERS]
+    if not steady:
+        raise SpecError(f"log '{path}' holds only warm-up iterations ({iters[-1][0]} of them; the first "
+                        f"{WARMUP_ITERS} include compilation, allocator growth and NCCL setup): run more "
+                        "iterations (probe.sh runs 20)")
     step = statistics.median(steady) / 1e3
     if not MIN_STEP_S <= step <= MAX_STEP_S:
         raise SpecError(f"log '{path}': its elapsed time per iteration is {step * 1e3:.4g} ms, outside any "
@@ -360,25 +379,69 @@ def check_log_matches(run: LogRun, case, path) -> None:
     l, m = case.layout, case.model
     want = {"num_layers": m.num_layers, "hidden": m.hidden, "num_heads": m.num_heads,
             "num_kv_heads": m.num_kv_heads, "ffn_hidden": m.ffn_hidden, "seq_len": l.seq_len,
-            "tp": l.tp, "pp": l.pp, "cp": l.cp, "mbs": l.mbs, "gbs": l.gbs, "zero": int(l.zero)}
+            "tp": l.tp, "pp": l.pp, "cp": l.cp, "mbs": l.mbs, "gbs": l.gbs, "zero": int(l.zero),
+            "gpus": case.cluster.num_gpus, "dp": l.dp}
     for arg, key in CHECKED_ARGS.items():
         if arg in run.args:
+            text = run.args[arg]
+            if text == "None":
+                continue                          # not set
             try:
-                value = float(run.args[arg])     # Megatron-DeepSpeed prints --zero-stage's default as 1.0
+                value = float(text)              # Megatron-DeepSpeed prints --zero-stage's default as 1.0
             except ValueError:
-                continue                          # 'None': not set
-            if not value.is_integer():
-                continue
+                value = math.nan
+            if not math.isfinite(value) or not value.is_integer():
+                raise SpecError(f"log '{path}': its argument {arg} is {text[:40]!r}, not a whole number; "
+                                "the log is damaged")
             got = int(value)
             if got != want[key]:
                 raise SpecError(f"log '{path}' is from another model or layout: {arg} {got} in the log, "
                                 f"{want[key]} in the plan")
+    _check_log_flags(run, case, path)
     if run.global_batch is not None and run.global_batch != l.gbs:
         raise SpecError(f"log '{path}' is from another model or layout: global batch size {run.global_batch} "
                         f"in the log, {l.gbs} in the plan")
     if run.seq_len is not None and run.seq_len != l.seq_len:
         raise SpecError(f"log '{path}' is from another model or layout: actual seqlen {run.seq_len} in the "
                         f"log, {l.seq_len} in the plan")
+
+
+def _log_flag(run: LogRun, name: str, path):
+    """An argument line's True / False (None where the log does not print it)."""
+    text = run.args.get(name)
+    if text is None:
+        return None
+    if text not in ("True", "False"):
+        raise SpecError(f"log '{path}': its argument {name} is {text[:40]!r}, not True or False; the log is damaged")
+    return text == "True"
+
+
+def _check_log_flags(run: LogRun, case, path) -> None:
+    """Precision and recomputation as the log's arguments print them, against the plan's candidate
+    (launch.sh passes --bf16 for bf16 and fp8, --fp16 for fp16; --checkpoint-activations, or
+    --recompute-granularity full / selective, for recomputation)."""
+    from costmodels.types import Precision, Recompute
+
+    l = case.layout
+    want = {"bf16": l.precision in (Precision.BF16, Precision.FP8), "fp16": l.precision is Precision.FP16}
+    got = {name: _log_flag(run, name, path) for name in want}
+    if any(got[n] is not None and got[n] != want[n] for n in want):
+        trained = "bf16" if got["bf16"] else "fp16" if got["fp16"] else \
+            "fp32" if got["bf16"] is False and got["fp16"] is False else "another precision"
+        shown = ", ".join(f"{n} {got[n]}" for n in want if got[n] is not None)
+        raise SpecError(f"log '{path}' is from another layout: it trained in {trained} ({shown} in its "
+                        f"arguments), the plan's candidate in {l.precision.value}")
+    ckpt = _log_flag(run, "checkpoint_activations", path)
+    gran = run.args.get("recompute_granularity")
+    if ckpt is None and gran is None:
+        return
+    if gran not in (None, "None", "full", "selective"):
+        raise SpecError(f"log '{path}': its argument recompute_granularity is {gran[:40]!r}, not full, "
+                        "selective or None; the log is damaged")
+    got = "full" if ckpt or gran == "full" else "selective" if gran == "selective" else "none"
+    if got != l.recompute.value:
+        raise SpecError(f"log '{path}' is from another layout: it trained with recompute {got}, the plan's "
+                        f"candidate with recompute {l.recompute.value}")
 
 
 # ---- runs ---------------------------------------------------------------------------------------
@@ -489,6 +552,10 @@ def _yaml_runs(p: Path, stems_seen=frozenset()) -> list[Run]:
                 raise SpecError(f"{where}: parallel.{key} must be a whole number from {low} to 10^7, "
                                 f"got {str(value)[:40]!r}")
         _check_run_keys(rec, where)
+        for key in ("tp", "pp", "dp", "global_batch"):
+            if rec["parallel"].get(key) is None:
+                raise SpecError(f"{where}: parallel.{key} is missing or null; a measured step time is "
+                                "compared with the layout that ran, so give tp, pp, dp and global_batch")
         gpu = rec["cluster"].get("gpu")
         if not isinstance(gpu, str) or not gpu.strip():
             raise SpecError(f"{where}: cluster.gpu must be a GPU name such as 'H100-SXM', got {str(gpu)[:40]!r}")
@@ -514,6 +581,7 @@ def _yaml_runs(p: Path, stems_seen=frozenset()) -> list[Run]:
                 raise SpecError("no measured step time (measured.step_time_s) or a GPU the catalog does not know")
             case = case_from_dict(r.case)
             structural_errors(case)
+            _check_framework_rules(case)
         except SpecError as exc:
             raise SpecError(f"{where}: {exc}") from None
         except KeyError as exc:
@@ -522,6 +590,22 @@ def _yaml_runs(p: Path, stems_seen=frozenset()) -> list[Run]:
             raise SpecError(f"{where}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
         out.append(Run(r.id, r.source, case, float(r.measured_step_s)))
     return out
+
+
+def _check_framework_rules(case) -> None:
+    """A record whose layout breaks its framework's rules (planner.api.rule_warnings: pp 2 with ZeRO-2
+    under Megatron-DeepSpeed, which DeepSpeed refuses) cannot have run there; cost profiles without a
+    rule set (torchtitan, ...) have none."""
+    from costmodels.errors import UnknownPresetError
+    from search_spaces.frameworks import framework_violations, load_profile
+
+    try:
+        profile = load_profile(case.framework.name)
+    except UnknownPresetError:
+        return
+    for rule, msg, _ in framework_violations(case.model, case.cluster, case.layout, profile):
+        raise SpecError(f"the layout breaks the {profile.name} rule '{rule.name}' ({msg}), so it cannot have "
+                        f"run on {profile.name}; give the record's framework (`framework:`) or its real layout")
 
 
 def _deepspeed_schema_keys(parallel: dict, where: str) -> dict:
@@ -727,6 +811,29 @@ def fit(runs: list[Run], fixed: tuple = (), run_sigma: float = RUN_SIGMA) -> Cal
     return Calibration(final, prior, list(runs), before, after, tuple(free_names), run_sigma, where)
 
 
+MAX_RUNS = 500
+# A calibration that leaves the runs further off than this has not found the cluster's constants: the
+# runs are not what the model describes (a log of another job, a record of another layout).
+MAX_MAPE_AFTER = 0.25
+
+
+def check_fit(cal: Calibration) -> None:
+    """Refuse a calibration that cannot match its runs: still more than MAX_MAPE_AFTER off after the
+    fit, with a constant stopped at its bound or no better than before (one error line, nothing written)."""
+    after, before = _mape(cal.after), _mape(cal.before)
+    if after <= MAX_MAPE_AFTER:
+        return
+    at_bound = [f"{c.name} at its {'lower' if cal.constants[c.name] <= c.low * 1.001 else 'upper'} bound "
+                f"{c.low if cal.constants[c.name] <= c.low * 1.001 else c.high:g}"
+                for c in CONSTANTS if c.name in cal.refitted
+                and (cal.constants[c.name] <= c.low * 1.001 or cal.constants[c.name] >= c.high * 0.999)]
+    if at_bound or after >= before:
+        why = ", ".join(at_bound) if at_bound else f"no better than before ({before * 100:.1f}%)"
+        raise SpecError(f"the calibration cannot match the runs: after refitting the model is still "
+                        f"{after * 100:.1f}% off ({why}); check that each log belongs to its plan's candidate "
+                        "and each record's layout is the one that ran")
+
+
 def calibrate(inputs, plan=None, out=None, fixed: tuple = (), force: bool = False) -> Calibration:
     """Python API: refit the constants to logs (with their plan.json) or measured-run YAML files; with
     `out`, write calib.yaml (atomically; an existing file only with `force`, never one of the inputs).
@@ -737,7 +844,11 @@ def calibrate(inputs, plan=None, out=None, fixed: tuple = (), force: bool = Fals
         inputs = [inputs]
     runs = load_runs(inputs, plan)
     read = list(inputs) + [r.source[len("log:"):] for r in runs if r.source.startswith("log:")]
+    if len(runs) > MAX_RUNS:
+        raise SpecError(f"{len(runs):,} runs to calibrate on; at most {MAX_RUNS:,} are taken (each model "
+                        "costs a second or more of fitting): calibrate on the runs of the cluster you plan for")
     cal = fit(runs, fixed=fixed)
+    check_fit(cal)
     if out is not None:
         write_out_file(out, yaml.safe_dump(cal.to_dict(), sort_keys=False), force, inputs=read,
                        ours=_written_by_calibrate, kind="calib.yaml")

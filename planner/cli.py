@@ -48,8 +48,17 @@ def estimate(case, as_json, tokens, calibration):
 
     def work():
         if str(case).lower().endswith(".json"):
-            from .emit.plan_file import case_from_plan_json
+            from dataclasses import replace
+
+            from .advice import PlanWarning
+            from .emit.plan_file import case_from_plan_json, load_plan_json
             result = api.estimate(case_from_plan_json(case), total_tokens=cli_token_budget(tokens), calibration=calibration)
+            made = [d for d in load_plan_json(case).get("defaults_used") or []
+                    if isinstance(d, str) and d.startswith(api.CALIBRATED_NOTE)]
+            if made and calibration is None:      # the plan's own figures were calibrated, these are not
+                result = replace(result, warnings=result.warnings + (PlanWarning(
+                    "uncalibrated", f"the plan was made with {made[0]}; this estimate uses the catalog's",
+                    "pass the same calib.yaml with --calibration to compare with the plan's figures"),))
         else:
             result = api.estimate(case, total_tokens=cli_token_budget(tokens), calibration=calibration)
         return result

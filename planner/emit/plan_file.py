@@ -114,11 +114,18 @@ def check_plan(data: dict, path) -> None:
     # the framework's own rules too: the planner never chooses a layout that breaks them, so a plan that
     # does was edited (an ALiBi model under Megatron-DeepSpeed was rendered as if planned)
     from search_spaces.frameworks import PROFILES, framework_violations
-    profile = PROFILES.get(str((data.get("inputs") or {}).get("framework", "")))
-    if profile is not None:
-        for rule, message, _ in framework_violations(parsed.model, parsed.cluster, parsed.layout, profile):
-            raise SpecError(f"plan file '{path}' breaks the {profile.name} rule '{rule.name}' ({message}), which no "
-                            "plan the planner writes does; the file was changed, re-run `planner plan --out`")
+    named = (data.get("inputs") or {}).get("framework")
+    profile = PROFILES.get(named) if isinstance(named, str) else None
+    if profile is None:
+        raise SpecError(f"plan file '{path}' names the framework {str(named)[:40]!r}, which the planner does not "
+                        f"plan for ({', '.join(sorted(PROFILES))}); the file was changed, re-run `planner plan --out`")
+    if profile.cost_profile != case["framework"]:
+        raise SpecError(f"plan file '{path}' names the framework {named} but was estimated with the cost profile "
+                        f"{str(case['framework'])[:40]!r}, not {named}'s {profile.cost_profile}; the file was changed, "
+                        "re-run `planner plan --out`")
+    for rule, message, _ in framework_violations(parsed.model, parsed.cluster, parsed.layout, profile):
+        raise SpecError(f"plan file '{path}' breaks the {profile.name} rule '{rule.name}' ({message}), which no "
+                        "plan the planner writes does; the file was changed, re-run `planner plan --out`")
     if not isinstance(data.get("runner_ups", []), list):
         raise SpecError(f"plan file '{path}' is damaged: runner_ups must be a list")
     _check_rendered_fields(data, case, path)
@@ -193,11 +200,56 @@ def _check_rendered_fields(data: dict, case: dict, path) -> None:
     for key in ("defaults_used", "warnings"):
         if not isinstance(data.get(key, []), list):
             raise SpecError(f"plan file '{path}' is damaged: {key} must be a list; re-run `planner plan --out`")
+    if not all(isinstance(d, str) for d in data.get("defaults_used", [])):
+        damaged("defaults_used must be a list of sentences")
     estimates = [("estimate", data.get("estimate"))]
     estimates += [(f"runner_ups[{i}].estimate", r.get("estimate") if isinstance(r, dict) else None)
                   for i, r in enumerate(data.get("runner_ups") or [])]
     for where, est in estimates:
         check_estimate_numbers(est, f"plan file '{path}', {where}")
+        _check_memory_fields(est, where, damaged)
+    _check_ranks(data, damaged)
+    iters = (schedule or {}).get("train_iters")
+    if iters is not None and (isinstance(iters, bool) or not isinstance(iters, int) or iters < 1):
+        damaged(f"schedule.train_iters {str(iters)[:40]!r} is not a number of iterations")
+    cands = data.get("candidates")
+    if cands is not None and not (isinstance(cands, list) and all(
+            isinstance(c, list) and all(_is_number(v) and 0 <= v < MAX_PLAN_NUMBER for v in c) for c in cands)):
+        damaged("candidates must be rows of finite numbers (tokens/s per GPU, memory)")
+
+
+def _check_memory_fields(est: dict, where: str, damaged) -> None:
+    """The memory figures the report shows are one estimate's: the peak is the breakdown's total and the
+    headroom the GPU's memory less the peak (a tampered peak showed 9.09 TiB beside 18 GiB of headroom)."""
+    if "fits" in est and est["fits"] is not True:     # a plan ranks only layouts that fit
+        damaged(f"{where}.fits is {str(est['fits'])[:20]!r}: a plan holds only layouts that fit")
+    peak, hbm, headroom = (est.get(k) for k in ("peak_memory_bytes", "hbm_bytes", "headroom_bytes"))
+    total = (est.get("memory_breakdown_bytes") or {}).get("total")
+    if peak is None:
+        return
+    if total is not None and abs(peak - total) > 1e-6 * max(abs(total), 1.0):
+        damaged(f"{where}.peak_memory_bytes is not the memory breakdown's total")
+    if hbm is not None and headroom is not None and abs(hbm - peak - headroom) > 1e-6 * max(hbm, 1.0):
+        damaged(f"{where}.headroom_bytes is not hbm_bytes less peak_memory_bytes")
+
+
+def _check_ranks(data: dict, damaged) -> None:
+    """Runner-ups are ranked 2, 3, ... and the ties block names only those ranks (or 1, the plan)."""
+    ranks = []
+    for i, r in enumerate(data.get("runner_ups") or []):
+        rank = r.get("rank") if isinstance(r, dict) else None
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 2 or rank in ranks:
+            damaged(f"runner_ups[{i}].rank {str(rank)[:20]!r} is not a rank of its own from 2 up")
+        ranks.append(rank)
+    known = {1, *ranks}
+    ties = data.get("ties") or {}
+    preferred = ties.get("preferred_rank")
+    if preferred is not None and (isinstance(preferred, bool) or preferred not in known):
+        damaged(f"ties.preferred_rank {str(preferred)[:20]!r} is not the rank of a candidate in the plan")
+    for key in ("oom_risk_ranks", "tied_with_best"):
+        listed = ties.get(key, [])
+        if not isinstance(listed, list) or any(isinstance(x, bool) or x not in known for x in listed):
+            damaged(f"ties.{key} must list ranks of candidates in the plan")
 
 
 MAX_PLAN_NUMBER = 1e25      # FLOP per step of the largest runs are ~1e20; nothing in an estimate comes near

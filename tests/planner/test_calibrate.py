@@ -171,9 +171,15 @@ def test_measured_runs_yaml(tmp_path):
         model = {"name": m, "num_layers": mm.num_layers, "hidden_size": mm.hidden, "ffn_hidden_size": mm.ffn_hidden,
                  "num_attention_heads": mm.num_heads, "num_kv_heads": mm.num_kv_heads, "vocab_size": mm.vocab,
                  "seq_length": case.layout.seq_len, "activation": "swiglu" if mm.gated_mlp else "gelu"}
+        # measured: the model's step time at TRUTH (the runs' layout as the file states it, ZeRO-1,
+        # bf16, launch.sh's defaults); made-up seconds (0.5 + i) no constant can match are refused
+        ran = case_from_dict({"model": m, "cluster": {"gpu": "H100-SXM", "num_gpus": n, "gpus_per_node": 8},
+                              "parallel": {**p, "dp": n // p["tp"], "cp": 1, "zero_stage": 1, "precision": "bf16",
+                                           "flash_attention": True, "recompute": "none"}})
+        step = float(predict([Run("x", "x", ran, 1.0)], TRUTH)[0])
         records.append({"id": f"mine-{i}", "model": model,
                         "cluster": {"gpu": "H100-SXM", "num_gpus": n, "gpus_per_node": 8},
-                        "parallel": {**p, "dp": n // p["tp"], "cp": 1}, "measured": {"step_time_s": 0.5 + i}})
+                        "parallel": {**p, "dp": n // p["tp"], "cp": 1}, "measured": {"step_time_s": step}})
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump(records))
     r = CliRunner().invoke(main, ["calibrate", str(path), "--json"])
