@@ -542,7 +542,6 @@ def cluster_from_dict(d: dict, gpus_per_node: int | None = None) -> ClusterSpec:
     system.update({k: v for k, v in d.items() if k != "gpu" and v is not None})
     if gpus_per_node is not None:
         system["gpus_per_node"] = gpus_per_node
-    q = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}")  # noqa: E731
     num_gpus = system.get("num_gpus", system.get("gpus_per_node", 8))
     gpn = system.get("gpus_per_node", 8)
     for key, value in (("num_gpus", num_gpus), ("gpus_per_node", gpn)):

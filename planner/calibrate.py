@@ -420,7 +420,7 @@ def _check_log_flags(run: LogRun, case, path) -> None:
     """Precision and recomputation as the log's arguments print them, against the plan's candidate
     (launch.sh passes --bf16 for bf16 and fp8, --fp16 for fp16; --checkpoint-activations, or
     --recompute-granularity full / selective, for recomputation)."""
-    from costmodels.types import Precision, Recompute
+    from costmodels.types import Precision
 
     l = case.layout
     want = {"bf16": l.precision in (Precision.BF16, Precision.FP8), "fp16": l.precision is Precision.FP16}
