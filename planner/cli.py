@@ -55,9 +55,11 @@ def estimate(case, as_json, tokens, calibration):
             result = api.estimate(case_from_plan_json(case), total_tokens=cli_token_budget(tokens), calibration=calibration)
             made = [d for d in load_plan_json(case).get("defaults_used") or []
                     if isinstance(d, str) and d.startswith(api.CALIBRATED_NOTE)]
-            if made and calibration is None:      # the plan's own figures were calibrated, these are not
+            applied = [d for d in result.defaults if d.startswith(api.CALIBRATED_NOTE)]
+            if made and made[0] not in applied:   # the plan's own figures were calibrated otherwise
+                uses = applied[0] if applied else "the catalog's"
                 result = replace(result, warnings=result.warnings + (PlanWarning(
-                    "uncalibrated", f"the plan was made with {made[0]}; this estimate uses the catalog's",
+                    "uncalibrated", f"the plan was made with {made[0]}; this estimate uses {uses}",
                     "pass the same calib.yaml with --calibration to compare with the plan's figures"),))
         else:
             result = api.estimate(case, total_tokens=cli_token_budget(tokens), calibration=calibration)

@@ -223,8 +223,15 @@ def _check_memory_fields(est: dict, where: str, damaged) -> None:
     headroom the GPU's memory less the peak (a tampered peak showed 9.09 TiB beside 18 GiB of headroom)."""
     if "fits" in est and est["fits"] is not True:     # a plan ranks only layouts that fit
         damaged(f"{where}.fits is {str(est['fits'])[:20]!r}: a plan holds only layouts that fit")
-    peak, hbm, headroom = (est.get(k) for k in ("peak_memory_bytes", "hbm_bytes", "headroom_bytes"))
-    total = (est.get("memory_breakdown_bytes") or {}).get("total")
+    breakdown = est.get("memory_breakdown_bytes", {})
+    if not isinstance(breakdown, dict):
+        damaged(f"{where}.memory_breakdown_bytes is not a mapping")
+    fields = {k: est.get(k) for k in ("peak_memory_bytes", "hbm_bytes", "headroom_bytes")}
+    fields["memory_breakdown_bytes.total"] = breakdown.get("total")
+    for k, v in fields.items():
+        if v is not None and not _is_number(v):
+            damaged(f"{where}.{k} {str(v)[:20]!r} is not a number of bytes")
+    peak, hbm, headroom, total = fields.values()
     if peak is None:
         return
     if total is not None and abs(peak - total) > 1e-6 * max(abs(total), 1.0):
@@ -242,13 +249,17 @@ def _check_ranks(data: dict, damaged) -> None:
             damaged(f"runner_ups[{i}].rank {str(rank)[:20]!r} is not a rank of its own from 2 up")
         ranks.append(rank)
     known = {1, *ranks}
+
+    def a_rank(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x in known
+
     ties = data.get("ties") or {}
     preferred = ties.get("preferred_rank")
-    if preferred is not None and (isinstance(preferred, bool) or preferred not in known):
+    if preferred is not None and not a_rank(preferred):
         damaged(f"ties.preferred_rank {str(preferred)[:20]!r} is not the rank of a candidate in the plan")
     for key in ("oom_risk_ranks", "tied_with_best"):
         listed = ties.get(key, [])
-        if not isinstance(listed, list) or any(isinstance(x, bool) or x not in known for x in listed):
+        if not isinstance(listed, list) or not all(a_rank(x) for x in listed):
             damaged(f"ties.{key} must list ranks of candidates in the plan")
 
 

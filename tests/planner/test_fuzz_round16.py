@@ -181,3 +181,44 @@ def test_a_llama_family_mlp_is_gated_whatever_its_activation(tmp_path, model_typ
     cfg["model_type"], cfg["hidden_act"] = "gpt_neox", "gelu"
     path.write_text(json.dumps(cfg))
     assert not load_model(str(path)).gated_mlp
+
+
+# Review of the round (helper): preference rules refused runnable records, unchecked types gave
+# tracebacks, a zero-filled log was called UTF-16, another calibration than the plan's went unnoticed.
+
+@pytest.mark.parametrize("parallel", [dict(recompute="selective"), dict(tp=2, dp=4, sequence_parallel=True)])
+def test_a_record_that_breaks_only_a_preference_rule_still_calibrates(tmp_path, parallel):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump([_record(**parallel)]))
+    r = run("calibrate", path)
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["estimate"].__setitem__("peak_memory_bytes", "x"), "peak_memory_bytes 'x' is not a number"),
+    (lambda d: d["estimate"].__setitem__("memory_breakdown_bytes", [1, 2]), "memory_breakdown_bytes is not a mapping"),
+    (lambda d: d["ties"].__setitem__("preferred_rank", [1]), "ties.preferred_rank"),
+    (lambda d: d["ties"].__setitem__("oom_risk_ranks", [[2]]), "ties.oom_risk_ranks"),
+])
+def test_explain_refuses_mistyped_fields_in_one_line(job, tmp_path, edit, words):
+    one_error(run("explain", _edited(job, tmp_path, edit)), words)
+
+
+def test_a_zero_filled_log_is_not_called_utf16(job, tmp_path):
+    log, _ = _log(job, tmp_path)
+    log.write_bytes(b"\0" * 3000)
+    line = one_error(run("calibrate", log, "--plan", job / "plan.json"), "has no iteration lines")
+    assert "UTF-16" not in line
+
+
+def test_estimating_a_calibrated_plan_with_another_calibration_warns(job, tmp_path):
+    one, two = tmp_path / "one.yaml", tmp_path / "two.yaml"
+    for path, scale in ((one, 1.1), (two, 0.9)):
+        path.write_text(yaml.safe_dump({"made_on": {"gpu": "H100-SXM", "framework": "megatron-deepspeed"},
+                                        "constants": {"compute_scale": scale}}))
+    out = tmp_path / "cal_job"
+    r = run("plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "16", "--global-batch", "64",
+            "--calibration", one, "--out", out, "-q")
+    assert r.exit_code == 0, r.output
+    assert "uncalibrated" in run("estimate", out / "plan.json", "--calibration", two).stdout
+    assert "uncalibrated" not in run("estimate", out / "plan.json", "--calibration", one).stdout
