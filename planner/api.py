@@ -273,17 +273,13 @@ def rule_warnings(case) -> tuple:
     """A layout that breaks its target framework's rules is still estimated; each broken rule becomes a
     `framework_rule` warning naming it. Cost-model frameworks without a rule profile (torchtitan, ...)
     have no such rules."""
-    from costmodels.errors import UnknownPresetError
-    from search_spaces.frameworks import framework_violations, load_profile
+    from search_spaces.frameworks import case_violations
 
-    try:
-        profile = load_profile(case.framework.name)
-    except UnknownPresetError:
-        return ()
+    profile, broken = case_violations(case)
     return tuple(PlanWarning("framework_rule", f"the layout breaks the {profile.name} rule '{rule.name}': {msg}",
                              (f"{hint}; the planner never proposes this layout" if hint
                               else "the planner never proposes this layout"))
-                 for rule, msg, hint in framework_violations(case.model, case.cluster, case.layout, profile))
+                 for rule, msg, hint in broken)
 
 
 DEFAULT_BATCH_TOKENS = (2.0**20, 2.0**22)    # 1M-4M tokens per step on up to 4,096 GPUs

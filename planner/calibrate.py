@@ -613,14 +613,10 @@ def _check_framework_rules(case) -> None:
     """A record whose layout breaks its framework's rules (planner.api.rule_warnings: pp 2 with ZeRO-2
     under Megatron-DeepSpeed, which DeepSpeed refuses) cannot have run there; cost profiles without a
     rule set (torchtitan, ...) have none."""
-    from costmodels.errors import UnknownPresetError
-    from search_spaces.frameworks import framework_violations, load_profile
+    from search_spaces.frameworks import case_violations
 
-    try:
-        profile = load_profile(case.framework.name)
-    except UnknownPresetError:
-        return
-    for rule, msg, _ in framework_violations(case.model, case.cluster, case.layout, profile):
+    profile, broken = case_violations(case)
+    for rule, msg, _ in broken:
         if rule.name not in IMPOSSIBLE_RULES:
             continue          # a preference (it trains, to no gain or drifting): its step time is real
         raise SpecError(f"the layout breaks the {profile.name} rule '{rule.name}' ({msg}), so it cannot have "
@@ -842,10 +838,13 @@ def check_fit(cal: Calibration) -> None:
     after, before = _mape(cal.after), _mape(cal.before)
     if after <= MAX_MAPE_AFTER:
         return
-    at_bound = [f"{c.name} at its {'lower' if cal.constants[c.name] <= c.low * 1.001 else 'upper'} bound "
-                f"{c.low if cal.constants[c.name] <= c.low * 1.001 else c.high:g}"
-                for c in CONSTANTS if c.name in cal.refitted
-                and (cal.constants[c.name] <= c.low * 1.001 or cal.constants[c.name] >= c.high * 0.999)]
+    at_bound = []
+    for c in CONSTANTS:
+        value = cal.constants[c.name]
+        if c.name in cal.refitted and value <= c.low * 1.001:
+            at_bound.append(f"{c.name} at its lower bound {c.low:g}")
+        elif c.name in cal.refitted and value >= c.high * 0.999:
+            at_bound.append(f"{c.name} at its upper bound {c.high:g}")
     if at_bound or after >= before:
         why = ", ".join(at_bound) if at_bound else f"no better than before ({before * 100:.1f}%)"
         raise SpecError(f"the calibration cannot match the runs: after refitting the model is still "

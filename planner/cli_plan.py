@@ -308,10 +308,10 @@ def _drift_note(data: dict, plan_json) -> list[str]:
     """explain re-renders the numbers stored in plan.json. When today's model gives another step time
     for the inputs stored beside them (the file was edited, or the catalog refitted since), say so: the
     report would otherwise pair the inputs with numbers they no longer produce."""
-    if any(str(n).startswith("calibrated constants") for n in data.get("defaults_used") or []):
+    from . import api
+    if any(str(n).startswith(api.CALIBRATED_NOTE) for n in data.get("defaults_used") or []):
         return []          # made with a calibration this command is not given
     try:
-        from . import api
         from .emit.plan_file import _case
         fresh = api.estimate(_case(data)).estimate.step_time_s
         stored = float(data["estimate"]["step_time_s"])

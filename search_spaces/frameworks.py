@@ -192,6 +192,15 @@ PROFILES = {
 }
 
 
+def case_violations(case) -> tuple:
+    """(profile, [(rule, message, hint), ...]) of the rules a case's layout breaks under its framework's
+    rules profile; (None, []) for a cost profile without one (torchtitan, ...)."""
+    if case.framework.name not in PROFILES:
+        return None, []
+    profile = PROFILES[case.framework.name]
+    return profile, list(framework_violations(case.model, case.cluster, case.layout, profile))
+
+
 def load_profile(name: str) -> RulesProfile:
     if name not in PROFILES:
         err = UnknownPresetError("framework", name, list(PROFILES))
