@@ -973,6 +973,7 @@ def framework_from_dict(d: dict) -> Framework:
             context_parallel=str(d.get("context_parallel", "ring")),
             attention_kernel=str(d.get("attention_kernel", "flash-attention-2")),
             deterministic_attention=_fw_flag(d, "deterministic_attention", what, False),
+            fills_uninitialized_memory=_fw_flag(d, "fills_uninitialized_memory", what, False),
             pp_blocking_p2p=_fw_flag(d, "pp_blocking_p2p", what, False),
             offload_overlap=n("offload_overlap", 0.5),
             dp_overlap_pipelined=n("dp_overlap_pipelined"),
@@ -1044,7 +1045,7 @@ ATTENTION_KERNELS = ("flash-attention-2", "native")
 FRAMEWORK_KEYS = frozenset({
     "name", "source", "aliases", "dp_overlap", "dp_overlap_zero0", "dp_overlap_pipelined", "tp_overlap",
     "pp_scatter_gather", "pp_overlap", "pp_blocking_p2p", "attention_speedup", "attention_kernel", "attention_head_dims",
-    "deterministic_attention",
+    "deterministic_attention", "fills_uninitialized_memory",
     "context_parallel",
     "offload_overlap", "zero3_gather_efficiency", "zero3_overlap", "param_gather_overlap", "zero3_live_layers",
     "zero3_recompute_gathers", "zero3_gathers_per_layer", "zero3_reduce_bucket_params",

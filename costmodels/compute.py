@@ -229,6 +229,37 @@ def grad_accumulation_bytes(n_params, fw: Framework, tp, bytes_per_param=None):
     return n_params * b / asf(tp)
 
 
+# Fresh allocations a Megatron-Core + Transformer Engine layer makes per micro-batch through
+# at::empty / torch.empty (TE's GEMM, norm and attention outputs; TE and flash-attn allocate them in
+# their C++ extensions), forward and backward; the fill kernels PyTorch's deterministic mode adds.
+DETERMINISTIC_FILL_KERNELS = (7.0, 13.0)
+
+
+def deterministic_fill_bytes(m: ModelSpec, tokens, tp, precision):
+    """HBM bytes PyTorch writes into fresh allocations of one layer and micro-batch under
+    `torch.use_deterministic_algorithms(True)`, (forward, backward). With it every CUDA `at::empty`
+    / `empty_like` is filled with NaN before use (`fill_uninitialized_memory`, on by default;
+    aten/src/ATen/native/cuda/TensorFactories.cu `empty_cuda` -> `fill_empty_deterministic_`;
+    the PyTorch documentation of torch.utils.deterministic.fill_uninitialized_memory: "detrimental
+    to performance"); Megatron's --deterministic-mode turns it on and leaves the fill on (Megatron-LM
+    d98e8a64dd megatron/training/determinism.py:158). Structured ATen ops allocate their outputs
+    with at::detail::empty_cuda, which does not fill (torchgen/dest/register_dispatch_key.py
+    gen_empty_impl_names), so only the outputs of Transformer Engine's modules (allocated with
+    at::empty, transformer_engine/pytorch/csrc/common.cpp allocateTorchTensor / allocateSpace) and
+    of the attention kernel are counted (Megatron-Core's TE layer spec, no sequence parallelism): forward the two norm outputs (h each), QKV (h + 2 kv) / tp, attention h / tp, the
+    projection's and fc2's partial sums (h each, before their all-reduce) and fc1 (f, 2f gated) / tp;
+    backward the input gradients of the same GEMMs, norms and attention, 4 h + (2 h + 2 kv + f) / tp,
+    and the weight gradients TE allocates per micro-batch without gradient-accumulation fusion
+    (the layer's 16-bit parameters / tp). Counted, not fitted."""
+    e = activation_bytes_per_element(precision)
+    h, f, kv = m.hidden, m.ffn_hidden, _kv(m)
+    f1 = where(m.gated_mlp, 2.0 * f, f)
+    tp = asf(tp)
+    fwd = tokens * e * (4.0 * h + (2.0 * h + 2.0 * kv + f1) / tp)
+    bwd = tokens * e * (4.0 * h + (2.0 * h + 2.0 * kv + f) / tp) + layer_params(m) * e / tp
+    return fwd, bwd
+
+
 def _kernel_counts(m: ModelSpec, flash):
     """Kernels one layer issues in eager Megatron (ParallelTransformerLayer, as in Megatron-LM 2021-22
     and Megatron-DeepSpeed; counted, not fitted). Forward: 2 norms, 4 weight GEMMs (biases folded
@@ -299,7 +330,13 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # while the rest hides (comm.overlap_slowdown). The smaller of the two.
     in_order = backward_tp_exposed(tp_pass, wgrad_qkv, wgrad_fc1, fw.tp_overlap, sp)
     bwd_tp = minimum(tp_pass * exposed, in_order + overlap_slowdown(tp_pass - in_order, cluster))
-    fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=(elem + fb_fwd) / bw,
+    # PyTorch's deterministic mode fills every fresh allocation (`deterministic_fill_bytes`).
+    fill_fwd, fill_bwd, fill_kernels = 0.0, 0.0, (0.0, 0.0)
+    if fw.fills_uninitialized_memory:
+        fill_fwd, fill_bwd = deterministic_fill_bytes(m, tokens, tp, precision)
+        fill_kernels = DETERMINISTIC_FILL_KERNELS
+    n_fwd, n_bwd = n_fwd + fill_kernels[0], n_bwd + fill_kernels[1]
+    fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=(elem + fb_fwd + fill_fwd) / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass * exposed)
     # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for
     # the weight-gradient GEMMs (Korthikanti et al. 2022, §4.2.2); Megatron issues that all-gather
@@ -319,7 +356,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
                                                                     gpu.num_sms), 0.0)
     bwd = PhaseTimes(gemm=gemm_bwd,
                      attention=attn_f * where(flash, 2.5, 2.0) * det_slow / attn_rate,
-                     elementwise=(elementwise_backward_passes() * elem + fb_bwd + det_bytes
+                     elementwise=(elementwise_backward_passes() * elem + fb_bwd + det_bytes + fill_bwd
                                   + grad_accumulation_bytes(layer_params(m), fw, tp, grad_bytes_per_param)) / bw,
                      kernels=n_bwd * gpu.kernel_overhead_s,
                      host=(n_bwd + 2) * host,

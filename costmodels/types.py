@@ -360,6 +360,9 @@ class Framework:
     # Deterministic attention backward asked for (Megatron-Core --deterministic-mode with
     # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): compute.runs_deterministic_flash_backward
     deterministic_attention: bool = False
+    # PyTorch's deterministic mode fills each fresh allocation with NaN (torch.use_deterministic_algorithms,
+    # fill_uninitialized_memory on; Megatron --deterministic-mode): compute.deterministic_fill_bytes
+    fills_uninitialized_memory: bool = False
     # DeepSpeed's PipelineEngine: a stage's pipeline transfers (send / receive of an activation and of
     # a gradient) run one after another instead of a send and a receive side by side, and a stage
     # gathers its own sent activation back over TP before backward: layout_time.pipeline_transfer_counts,

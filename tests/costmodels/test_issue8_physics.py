@@ -995,6 +995,44 @@ def test_deterministic_attention_backward_where_cudnn_is_refused(validation_dir)
     assert sum(abs(e) for e in errors.values()) / len(errors) < 0.12, errors
 
 
+def test_deterministic_mode_fills_every_fresh_allocation(validation_dir):
+    """Megatron's --deterministic-mode turns on torch.use_deterministic_algorithms (determinism.py:158)
+    with fill_uninitialized_memory left on, so each CUDA at::empty is written with NaN first
+    (TensorFactories.cu empty_cuda): one more HBM write of every output Transformer Engine and the
+    attention kernel allocate, forward and backward, and of the per-micro-batch weight gradients.
+    The functional tests ran 5-17% slower than predicted on every GPU before it was charged."""
+    from costmodels.compute import DETERMINISTIC_FILL_KERNELS, deterministic_fill_bytes, layer_phases
+    from planner.validation import evaluate, load_records
+    det = catalog.load_framework("megatron-core-deterministic")
+    assert det.fills_uninitialized_memory
+    assert not catalog.load_framework("megatron-core").fills_uninitialized_memory
+    assert not catalog.load_framework("megatron-deepspeed").fills_uninitialized_memory
+
+    m = catalog.load_model("llama3.1-8b")          # h 4096, 8 KV heads (kv 1024), f 14336, gated
+    tokens, tp = 16384, 4
+    fwd, bwd = deterministic_fill_bytes(m, tokens, tp, BF16)
+    # forward: 2 norms + proj + fc2 (h each) + (QKV h + 2 kv, attention h, fc1 2f) / tp, 2 bytes each
+    assert fwd == pytest.approx(tokens * 2 * (4 * 4096 + (2 * 4096 + 2 * 1024 + 2 * 14336) / tp))
+    from costmodels.params import layer_params
+    assert bwd == pytest.approx(tokens * 2 * (4 * 4096 + (2 * 4096 + 2 * 1024 + 14336) / tp)
+                                + layer_params(m) * 2 / tp)
+
+    cluster = catalog.load_cluster("H100-SXM", num_gpus=8)
+    plain = replace(det, fills_uninitialized_memory=False)
+    kw = dict(tokens=tokens, seq_len=8192, tp=tp, sp=False, flash=True, precision=BF16, sparsity=0)
+    f1, b1, _ = layer_phases(m, cluster, det, **kw)
+    f0, b0, _ = layer_phases(m, cluster, plain, **kw)
+    bw = cluster.gpu.hbm_bytes_per_s * cluster.gpu.hbm_efficiency
+    assert float(f1.elementwise - f0.elementwise) == pytest.approx(fwd / bw)
+    assert float(b1.elementwise - b0.elementwise) == pytest.approx(bwd / bw)
+    assert float(f1.kernels - f0.kernels) == pytest.approx(DETERMINISTIC_FILL_KERNELS[0] * cluster.gpu.kernel_overhead_s)
+    assert float(b1.kernels - b0.kernels) == pytest.approx(DETERMINISTIC_FILL_KERNELS[1] * cluster.gpu.kernel_overhead_s)
+
+    runs = [r for r in load_records(validation_dir) if r.id.startswith("mcore-ftest-")]
+    errors = {res.record.id: res.step_error for res in evaluate(runs)}
+    assert sum(abs(e) for e in errors.values()) / len(errors) < 0.085, errors
+
+
 def test_gpu_file_compute_capability(tmp_path):
     """The compute capability is a data-sheet number a GPU file may state; it survives plan.json."""
     h100 = catalog.load_gpu("H100-SXM")
