@@ -229,34 +229,51 @@ def grad_accumulation_bytes(n_params, fw: Framework, tp, bytes_per_param=None):
     return n_params * b / asf(tp)
 
 
-# Fresh allocations a Megatron-Core + Transformer Engine layer makes per micro-batch through
-# at::empty / torch.empty (TE's GEMM, norm and attention outputs; TE and flash-attn allocate them in
-# their C++ extensions), forward and backward; the fill kernels PyTorch's deterministic mode adds.
-DETERMINISTIC_FILL_KERNELS = (7.0, 13.0)
+# Fill kernels per layer and micro-batch under PyTorch's deterministic mode (`deterministic_fill_bytes`):
+# forward the 7 outputs below plus 5 small ones (2 norms' mean and rstd, the softmax statistics),
+# backward the 9 input gradients and 4 weight gradients plus 8 small ones (2 norms' dgamma and dbeta,
+# 4 bias gradients); 3 more forward for the GQA copies of q, k and v, and 4 more each way where
+# flash-attn 2 runs (its layout copies, its output and dout copies, dK / dV over all heads, dQ accumulator).
+DETERMINISTIC_FILL_KERNELS = (12.0, 21.0)
+DETERMINISTIC_FILL_KERNELS_GQA = 3.0
+DETERMINISTIC_FILL_KERNELS_FLASH2 = (4.0, 4.0)
 
 
-def deterministic_fill_bytes(m: ModelSpec, tokens, tp, precision):
+def deterministic_fill_bytes(m: ModelSpec, tokens, tp, precision, flash2=False, dq_splits=1.0):
     """HBM bytes PyTorch writes into fresh allocations of one layer and micro-batch under
     `torch.use_deterministic_algorithms(True)`, (forward, backward). With it every CUDA `at::empty`
-    / `empty_like` is filled with NaN before use (`fill_uninitialized_memory`, on by default;
-    aten/src/ATen/native/cuda/TensorFactories.cu `empty_cuda` -> `fill_empty_deterministic_`;
-    the PyTorch documentation of torch.utils.deterministic.fill_uninitialized_memory: "detrimental
-    to performance"); Megatron's --deterministic-mode turns it on and leaves the fill on (Megatron-LM
-    d98e8a64dd megatron/training/determinism.py:158). Structured ATen ops allocate their outputs
-    with at::detail::empty_cuda, which does not fill (torchgen/dest/register_dispatch_key.py
-    gen_empty_impl_names), so only the outputs of Transformer Engine's modules (allocated with
-    at::empty, transformer_engine/pytorch/csrc/common.cpp allocateTorchTensor / allocateSpace) and
-    of the attention kernel are counted (Megatron-Core's TE layer spec, no sequence parallelism): forward the two norm outputs (h each), QKV (h + 2 kv) / tp, attention h / tp, the
-    projection's and fc2's partial sums (h each, before their all-reduce) and fc1 (f, 2f gated) / tp;
-    backward the input gradients of the same GEMMs, norms and attention, 4 h + (2 h + 2 kv + f) / tp,
-    and the weight gradients TE allocates per micro-batch without gradient-accumulation fusion
-    (the layer's 16-bit parameters / tp). Counted, not fitted."""
+    / `empty_like` / `empty_strided` (and so `zeros`, `clone`, `.contiguous()`) is filled with NaN
+    before use (`fill_uninitialized_memory`, on by default; aten/src/ATen/native/cuda/TensorFactories.cu
+    `empty_cuda`, `empty_strided_cuda` -> `fill_empty_deterministic_`; the PyTorch documentation of
+    torch.utils.deterministic.fill_uninitialized_memory: "detrimental to performance"); Megatron's
+    --deterministic-mode turns it on and leaves the fill on (Megatron-LM d98e8a64dd
+    megatron/training/determinism.py:158). Structured ATen ops and torch.compile'd kernels (Megatron's
+    bias-GeLU and bias-dropout-add, `jit_fuser`) allocate without it (torchgen/dest/
+    register_dispatch_key.py gen_empty_impl_names: at::detail::empty_cuda), so what is counted is what
+    Transformer Engine and the attention kernels allocate (at::empty / torch::empty:
+    transformer_engine/pytorch/csrc/common.cpp allocateTorchTensor / allocateSpace, extensions/gemm.cpp,
+    normalization.cpp, attention.cpp; Megatron-Core's TE layer spec, no sequence parallelism).
+    16-bit elements per token: forward the two norm outputs (h each), QKV (h + 2 kv) / tp, attention
+    h / tp, the projection's and fc2's partial sums (h each) and fc1 (f, 2f gated) / tp; with GQA the
+    query reshape and TE's contiguous K and V copies (h + 2 kv) / tp (Megatron-LM attention.py
+    get_query_key_value_tensors; TE dot_product_attention/utils.py get_qkv_layout). Backward the input
+    gradients of the same GEMMs, norms and attention, 4 h + (2 h + 2 kv + f) / tp, and the weight
+    gradients TE allocates per micro-batch without gradient-accumulation fusion (the layer's 16-bit
+    parameters / tp; TE module/linear.py: out=None unless fuse_wgrad_accumulation). Where flash-attn 2
+    runs (`flash2`): forward TE's contiguous q, k, v and output copies (2 h + 2 kv) / tp (TE
+    backends.py), backward the contiguous dout h / tp, dK and dV over all query heads 2 h / tp
+    (flash_api.cpp mha_bwd, dk_expanded / dv_expanded) and the fp32 dQ accumulator, `dq_splits` copies
+    of h / tp (torch::zeros: filled, then zeroed). Counted, not fitted; small tensors (norm statistics,
+    bias gradients) are left out of the bytes and counted as kernels (DETERMINISTIC_FILL_KERNELS)."""
     e = activation_bytes_per_element(precision)
     h, f, kv = m.hidden, m.ffn_hidden, _kv(m)
     f1 = where(m.gated_mlp, 2.0 * f, f)
     tp = asf(tp)
-    fwd = tokens * e * (4.0 * h + (2.0 * h + 2.0 * kv + f1) / tp)
-    bwd = tokens * e * (4.0 * h + (2.0 * h + 2.0 * kv + f) / tp) + layer_params(m) * e / tp
+    gqa = (h + 2.0 * kv) if m.num_kv_heads < m.num_heads else 0.0
+    fa2 = where(flash2, 1.0, 0.0)
+    fwd = tokens * e * (4.0 * h + (2.0 * h + 2.0 * kv + f1 + gqa + fa2 * (2.0 * h + 2.0 * kv)) / tp)
+    bwd = (tokens * e * (4.0 * h + (2.0 * h + 2.0 * kv + f + fa2 * 3.0 * h) / tp)
+           + fa2 * tokens * asf(dq_splits) * h / tp * 4.0 + layer_params(m) * e / tp)
     return fwd, bwd
 
 
@@ -330,12 +347,18 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # while the rest hides (comm.overlap_slowdown). The smaller of the two.
     in_order = backward_tp_exposed(tp_pass, wgrad_qkv, wgrad_fc1, fw.tp_overlap, sp)
     bwd_tp = minimum(tp_pass * exposed, in_order + overlap_slowdown(tp_pass - in_order, cluster))
-    # PyTorch's deterministic mode fills every fresh allocation (`deterministic_fill_bytes`).
-    fill_fwd, fill_bwd, fill_kernels = 0.0, 0.0, (0.0, 0.0)
+    # PyTorch's deterministic mode fills every fresh allocation (`deterministic_fill_bytes`); where
+    # flash-attn 2 runs the deterministic backward (A100; Blackwell with dropout), its copies too.
+    flash2 = runs_deterministic_flash_backward(m, gpu, fw)
+    batch_heads = maximum(tokens / asf(seq_len), 1.0) * m.num_heads / asf(tp)
+    fill_fwd, fill_bwd = 0.0, 0.0
     if fw.fills_uninitialized_memory:
-        fill_fwd, fill_bwd = deterministic_fill_bytes(m, tokens, tp, precision)
-        fill_kernels = DETERMINISTIC_FILL_KERNELS
-    n_fwd, n_bwd = n_fwd + fill_kernels[0], n_bwd + fill_kernels[1]
+        fa2 = flash & flash2
+        dq_splits = ceil(gpu.num_sms / batch_heads)
+        fill_fwd, fill_bwd = deterministic_fill_bytes(m, tokens, tp, precision, fa2, dq_splits)
+        n_fwd = n_fwd + DETERMINISTIC_FILL_KERNELS[0] + where(fa2, DETERMINISTIC_FILL_KERNELS_FLASH2[0], 0.0) \
+            + (DETERMINISTIC_FILL_KERNELS_GQA if m.num_kv_heads < m.num_heads else 0.0)
+        n_bwd = n_bwd + DETERMINISTIC_FILL_KERNELS[1] + where(fa2, DETERMINISTIC_FILL_KERNELS_FLASH2[1], 0.0)
     fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=(elem + fb_fwd + fill_fwd) / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass * exposed)
     # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for
@@ -349,8 +372,7 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # FlashAttention-2's deterministic backward packs the SMs less evenly and sums per-CTA dQ copies
     # (costmodels/attention_schedule.py); the layer's sequences x heads on this GPU set its grid.
     det_slow, det_bytes = 1.0, 0.0
-    if runs_deterministic_flash_backward(m, gpu, fw):
-        batch_heads = maximum(tokens / asf(seq_len), 1.0) * m.num_heads / asf(tp)
+    if flash2:
         det_slow = where(flash, deterministic_backward_slowdown(batch_heads, seq_len, gpu.num_sms), 1.0)
         det_bytes = where(flash, deterministic_backward_extra_bytes(batch_heads, seq_len, m.head_dim,
                                                                     gpu.num_sms), 0.0)

@@ -1001,7 +1001,9 @@ def test_deterministic_mode_fills_every_fresh_allocation(validation_dir):
     (TensorFactories.cu empty_cuda): one more HBM write of every output Transformer Engine and the
     attention kernel allocate, forward and backward, and of the per-micro-batch weight gradients.
     The functional tests ran 5-17% slower than predicted on every GPU before it was charged."""
-    from costmodels.compute import DETERMINISTIC_FILL_KERNELS, deterministic_fill_bytes, layer_phases
+    from costmodels.compute import (DETERMINISTIC_FILL_KERNELS, DETERMINISTIC_FILL_KERNELS_FLASH2,
+                                    DETERMINISTIC_FILL_KERNELS_GQA, deterministic_fill_bytes, layer_phases)
+    from costmodels.params import layer_params
     from planner.validation import evaluate, load_records
     det = catalog.load_framework("megatron-core-deterministic")
     assert det.fills_uninitialized_memory
@@ -1009,24 +1011,31 @@ def test_deterministic_mode_fills_every_fresh_allocation(validation_dir):
     assert not catalog.load_framework("megatron-deepspeed").fills_uninitialized_memory
 
     m = catalog.load_model("llama3.1-8b")          # h 4096, 8 KV heads (kv 1024), f 14336, gated
-    tokens, tp = 16384, 4
+    h, kv, f, tokens, tp = 4096, 1024, 14336, 16384, 4
     fwd, bwd = deterministic_fill_bytes(m, tokens, tp, BF16)
-    # forward: 2 norms + proj + fc2 (h each) + (QKV h + 2 kv, attention h, fc1 2f) / tp, 2 bytes each
-    assert fwd == pytest.approx(tokens * 2 * (4 * 4096 + (2 * 4096 + 2 * 1024 + 2 * 14336) / tp))
-    from costmodels.params import layer_params
-    assert bwd == pytest.approx(tokens * 2 * (4 * 4096 + (2 * 4096 + 2 * 1024 + 14336) / tp)
-                                + layer_params(m) * 2 / tp)
+    # forward: 2 norms + proj + fc2 (h each) + (QKV h + 2 kv, attention h, fc1 2f, GQA copies h + 2 kv) / tp
+    assert fwd == pytest.approx(tokens * 2 * (4 * h + (2 * h + 2 * kv + 2 * f + h + 2 * kv) / tp))
+    assert bwd == pytest.approx(tokens * 2 * (4 * h + (2 * h + 2 * kv + f) / tp) + layer_params(m) * 2 / tp)
+    # flash-attn 2: q, k, v and output copies; dout, dK / dV over all heads, and 7 fp32 dQ copies
+    fwd2, bwd2 = deterministic_fill_bytes(m, tokens, tp, BF16, True, 7)
+    assert fwd2 - fwd == pytest.approx(tokens * 2 * (2 * h + 2 * kv) / tp)
+    assert bwd2 - bwd == pytest.approx(tokens * 2 * 3 * h / tp + tokens * 7 * h / tp * 4)
 
-    cluster = catalog.load_cluster("H100-SXM", num_gpus=8)
     plain = replace(det, fills_uninitialized_memory=False)
     kw = dict(tokens=tokens, seq_len=8192, tp=tp, sp=False, flash=True, precision=BF16, sparsity=0)
-    f1, b1, _ = layer_phases(m, cluster, det, **kw)
-    f0, b0, _ = layer_phases(m, cluster, plain, **kw)
-    bw = cluster.gpu.hbm_bytes_per_s * cluster.gpu.hbm_efficiency
-    assert float(f1.elementwise - f0.elementwise) == pytest.approx(fwd / bw)
-    assert float(b1.elementwise - b0.elementwise) == pytest.approx(bwd / bw)
-    assert float(f1.kernels - f0.kernels) == pytest.approx(DETERMINISTIC_FILL_KERNELS[0] * cluster.gpu.kernel_overhead_s)
-    assert float(b1.kernels - b0.kernels) == pytest.approx(DETERMINISTIC_FILL_KERNELS[1] * cluster.gpu.kernel_overhead_s)
+    for gpu, flash2 in (("H100-SXM", False), ("A100-80GB", True)):   # cuDNN on Hopper, flash-attn 2 before
+        cluster = catalog.load_cluster(gpu, num_gpus=8)
+        f1, b1, _ = layer_phases(m, cluster, det, **kw)
+        f0, b0, _ = layer_phases(m, cluster, plain, **kw)
+        splits = -(-cluster.gpu.num_sms // (2 * 32 // tp))        # ceil(SMs / (sequences x heads / tp))
+        want_f, want_b = deterministic_fill_bytes(m, tokens, tp, BF16, flash2, splits)
+        bw = cluster.gpu.hbm_bytes_per_s * cluster.gpu.hbm_efficiency
+        assert float(f1.elementwise - f0.elementwise) == pytest.approx(want_f / bw)
+        assert float(b1.elementwise - b0.elementwise) == pytest.approx(want_b / bw)
+        k_f = DETERMINISTIC_FILL_KERNELS[0] + DETERMINISTIC_FILL_KERNELS_GQA + flash2 * DETERMINISTIC_FILL_KERNELS_FLASH2[0]
+        k_b = DETERMINISTIC_FILL_KERNELS[1] + flash2 * DETERMINISTIC_FILL_KERNELS_FLASH2[1]
+        assert float(f1.kernels - f0.kernels) == pytest.approx(k_f * cluster.gpu.kernel_overhead_s)
+        assert float(b1.kernels - b0.kernels) == pytest.approx(k_b * cluster.gpu.kernel_overhead_s)
 
     runs = [r for r in load_records(validation_dir) if r.id.startswith("mcore-ftest-")]
     errors = {res.record.id: res.step_error for res in evaluate(runs)}
