@@ -83,10 +83,16 @@ def deterministic_backward_slowdown(batch_heads, seq_len, num_sms, causal=True):
     return result
 
 
+def dq_accumulator_copies(batch_heads, num_sms):
+    """fp32 dQ accumulators of FlashAttention-2's deterministic backward: ceil(SMs / (b h)) per
+    (batch, head) (flash_api.cpp:925-930, nsplits); `batch_heads` is sequences x heads on the GPU."""
+    return np.ceil(num_sms / np.maximum(np.asarray(batch_heads, dtype=float), 1.0))
+
+
 def deterministic_backward_extra_bytes(batch_heads, seq_len, head_dim, num_sms):
     """HBM bytes the deterministic backward adds: ceil(SMs / (b h)) fp32 dQ copies of seq x head_dim per
     (batch, head) are zeroed, and read back once to sum them, where the regular backward keeps one
     (flash_api.cpp:925-930; convert_dQ over nsplits)."""
     bh = np.maximum(np.asarray(batch_heads, dtype=float), 1.0)
-    splits = np.ceil(num_sms / bh)
+    splits = dq_accumulator_copies(bh, num_sms)
     return 2.0 * (splits - 1.0) * bh * np.asarray(seq_len, dtype=float) * head_dim * 4.0

@@ -22,7 +22,8 @@ import numpy as np
 
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
-from .attention_schedule import deterministic_backward_extra_bytes, deterministic_backward_slowdown
+from .attention_schedule import (deterministic_backward_extra_bytes, deterministic_backward_slowdown,
+                                 dq_accumulator_copies)
 from .comm import all_reduce_time, members_per_domain, overlap_slowdown
 from .gemm import gemm_time, on_distinct_rows
 from .memory import (SOFTMAX_FALLBACK_BYTES, SOFTMAX_FALLBACK_KERNELS, activation_bytes_per_element,
@@ -239,6 +240,19 @@ DETERMINISTIC_FILL_KERNELS_GQA = 3.0
 DETERMINISTIC_FILL_KERNELS_FLASH2 = (4.0, 4.0)
 
 
+def _gqa_copies(m: ModelSpec) -> bool:
+    """Whether q, k and v are copied out of the fused QKV before attention (GQA / MQA layouts)."""
+    return m.num_kv_heads < m.num_heads
+
+
+def deterministic_fill_kernels(m: ModelSpec, flash2=False):
+    """Fill kernels per layer and micro-batch, (forward, backward) (DETERMINISTIC_FILL_KERNELS*)."""
+    fa2 = where(flash2, 1.0, 0.0)
+    gqa = DETERMINISTIC_FILL_KERNELS_GQA if _gqa_copies(m) else 0.0
+    return (DETERMINISTIC_FILL_KERNELS[0] + gqa + fa2 * DETERMINISTIC_FILL_KERNELS_FLASH2[0],
+            DETERMINISTIC_FILL_KERNELS[1] + fa2 * DETERMINISTIC_FILL_KERNELS_FLASH2[1])
+
+
 def deterministic_fill_bytes(m: ModelSpec, tokens, tp, precision, flash2=False, dq_splits=1.0):
     """HBM bytes PyTorch writes into fresh allocations of one layer and micro-batch under
     `torch.use_deterministic_algorithms(True)`, (forward, backward). With it every CUDA `at::empty`
@@ -269,7 +283,7 @@ def deterministic_fill_bytes(m: ModelSpec, tokens, tp, precision, flash2=False, 
     h, f, kv = m.hidden, m.ffn_hidden, _kv(m)
     f1 = where(m.gated_mlp, 2.0 * f, f)
     tp = asf(tp)
-    gqa = (h + 2.0 * kv) if m.num_kv_heads < m.num_heads else 0.0
+    gqa = (h + 2.0 * kv) if _gqa_copies(m) else 0.0
     fa2 = where(flash2, 1.0, 0.0)
     fwd = tokens * e * (4.0 * h + (2.0 * h + 2.0 * kv + f1 + gqa + fa2 * (2.0 * h + 2.0 * kv)) / tp)
     bwd = (tokens * e * (4.0 * h + (2.0 * h + 2.0 * kv + f + fa2 * 3.0 * h) / tp)
@@ -350,15 +364,15 @@ def layer_phases(m: ModelSpec, cluster: ClusterSpec, fw: Framework, *, tokens, s
     # PyTorch's deterministic mode fills every fresh allocation (`deterministic_fill_bytes`); where
     # flash-attn 2 runs the deterministic backward (A100; Blackwell with dropout), its copies too.
     flash2 = runs_deterministic_flash_backward(m, gpu, fw)
-    batch_heads = maximum(tokens / asf(seq_len), 1.0) * m.num_heads / asf(tp)
+    if flash2 or fw.fills_uninitialized_memory:
+        batch_heads = maximum(tokens / asf(seq_len), 1.0) * m.num_heads / asf(tp)
     fill_fwd, fill_bwd = 0.0, 0.0
     if fw.fills_uninitialized_memory:
         fa2 = flash & flash2
-        dq_splits = ceil(gpu.num_sms / batch_heads)
-        fill_fwd, fill_bwd = deterministic_fill_bytes(m, tokens, tp, precision, fa2, dq_splits)
-        n_fwd = n_fwd + DETERMINISTIC_FILL_KERNELS[0] + where(fa2, DETERMINISTIC_FILL_KERNELS_FLASH2[0], 0.0) \
-            + (DETERMINISTIC_FILL_KERNELS_GQA if m.num_kv_heads < m.num_heads else 0.0)
-        n_bwd = n_bwd + DETERMINISTIC_FILL_KERNELS[1] + where(fa2, DETERMINISTIC_FILL_KERNELS_FLASH2[1], 0.0)
+        fill_fwd, fill_bwd = deterministic_fill_bytes(m, tokens, tp, precision, fa2,
+                                                      dq_accumulator_copies(batch_heads, gpu.num_sms))
+        k_fwd, k_bwd = deterministic_fill_kernels(m, fa2)
+        n_fwd, n_bwd = n_fwd + k_fwd, n_bwd + k_bwd
     fwd = PhaseTimes(gemm=gemm_fwd, attention=attn_f / attn_rate, elementwise=(elem + fb_fwd + fill_fwd) / bw,
                      kernels=n_fwd * gpu.kernel_overhead_s, host=(n_fwd + 2) * host, tp_comm=tp_pass * exposed)
     # Sequence parallelism saves the sharded layer-norm outputs, so backward all-gathers them again for
