@@ -9,11 +9,11 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
 
-import yaml
 
 from costmodels import catalog
 from costmodels.errors import SpecError
@@ -52,10 +52,23 @@ SOURCES = {
     # TP communication pipelined with the GEMMs (ub_tp_comm_overlap: true) in the 70B Llama configs
     # the 24.07 examples launch (NVIDIA/NeMo-Framework-Launcher @ 07a8f783, launcher_scripts/conf/
     # training/llama/llama2_70b.yaml:136 and llama3_70b.yaml:136, examples/training/llama/h100/
-    # llama*_70b_fp8.sh); false for GPT-3 175B (gpt3/175b.yaml:149) and the tp = 1 models.
+    # llama*_70b_fp8.sh); false for GPT-3 175B (gpt3/175b.yaml:149, 175b_fp8.yaml:149) and the tp = 1
+    # models. The 512-GPU GPT-3 175B row is the exception: the table links its TFLOP/s to the MLPerf
+    # Training result, and NVIDIA's MLPerf Training v4.0 GPT-3 config for that layout (64 DGX H100, TP 4,
+    # PP 8, micro-batch 2, GBS 128 x DP 16 = 2048; mlcommons/training_results_v4.0 @ 62f111b,
+    # NVIDIA/benchmarks/gpt3/implementations/nemo/config_DGXH100_64x8x128x4x8_mbs2.sh) sets
+    # TP_COMM_OVERLAP=True with its own userbuffers plan (conf/tp_overlap/h100tp4mbs2.yaml).
     "nemo2407": dict(framework="megatron-core", precision="fp8", flash=True, dropout=0.0,
                      recompute="none", vpp=1, zero=1, sp_if_tp=True, vocab=51200, grad_comm="bf16",
-                     tp_comm_overlap=("nemo2407-h100-fp8-llama2-70b", "nemo2407-h100-fp8-llama3-70b")),
+                     tp_comm_overlap=("nemo2407-h100-fp8-llama2-70b", "nemo2407-h100-fp8-llama3-70b",
+                                      "nemo2407-h100-fp8-gpt3-175b-512gpu"),
+                     # The GPT-3 5B and 175B (128 GPUs) rows run the launcher's GPT-3 configs (@ 07a8f783
+                     # launcher_scripts/conf/training/gpt3/5b.yaml:74-79,114 and 175b.yaml:74-79,114):
+                     # hidden and attention dropout 0.1, GPT2BPETokenizer (GPT-2's 50,257 tokens) padded
+                     # to a multiple of 128 x tp. The 512-GPU row is MLPerf's (gpt3/mlperf.yaml:84-85:
+                     # dropout 0.0) and keeps the defaults.
+                     records={"nemo2407-h100-fp8-gpt3-5b": dict(dropout=0.1, vocab=50257),
+                              "nemo2407-h100-fp8-gpt3-175b-128gpu": dict(dropout=0.1, vocab=50257)}),
     # BLOOM on Jean Zay: Megatron-DeepSpeed, no dropout, Omni-Path 4 x 100 Gb/s per 8-GPU node,
     # "4 inter-GPU NVLink connects" (no NVSwitch): 4 NVLink3 links = 100 GB/s each way per GPU.
     # The bf16 runs (02-28 on, and production) use DeepSpeed's BF16_Optimizer and the embedding-aware
@@ -67,8 +80,15 @@ SOURCES = {
                   network="50 Gb/s", nvlink="100 GB/s", memory="device", bf16_optimizer=True,
                   embedding_partition=True),
     # MosaicML llm-foundry: FSDP, triton flash attention, MPT (ALiBi, LayerNorm, no biases, tied).
+    # Its A100 tables' 70B (80 GB) and 40 GB rows ran MP Mode PURE ("bf16 | PURE", llm-foundry @
+    # 061f2c7ce6 scripts/train/benchmarking/README.md:146,212-233; the other rows "amp_bf16 | DEFAULT"):
+    # Composer's 'PURE' sets FSDP's reduce_dtype to the precision (composer get_mixed_precision:
+    # param, reduce and buffer dtypes all bf16), so their gradients are reduce-scattered in bf16.
     "mosaic": dict(framework="llm-foundry", flash=True, dropout=0.0, vpp=1, mpt=True,
-                   network="200 Gb/s"),
+                   network="200 Gb/s",
+                   records={k: dict(grad_comm="bf16") for k in (
+                       "mosaic-a100-bf16-mpt70b-s2048-64gpu", "mosaic-a100-40gb-bf16-mpt70b-s2048-128gpu",
+                       "mosaic-a100-40gb-bf16-mpt13b-s2048-128gpu", "mosaic-a100-40gb-bf16-mpt7b-s2048-64gpu")}),
     # torchtitan: FSDP2, SDPA flash attention, Llama 3 (RMSNorm, RoPE, untied), 500 W H100 96 GB.
     # Its 'selective' is op-level checkpointing that saves every other matmul output and recomputes
     # the rest: modelled as full recompute of half the layers (same saved share, same extra work).
@@ -119,6 +139,34 @@ def comparable_step_s(record: Record, case, step_time_s):
     return step_time_s
 
 
+def torchtitan_compiled(rec: dict) -> bool:
+    """Whether a torchtitan record ran under torch.compile: its notes say "torch.compile on" (or "off"),
+    as transcribed from the table that lists it; an id naming "compile" counts when the notes are
+    silent. Table 2 of torchtitan's 2024-12 benchmarks ("FSDP + CP + torch.compile + Float8") has no
+    "compile" in its row ids, so the id alone put those rows on the eager profile."""
+    said = re.search(r"torch\.compile (on|off)\b", str(rec.get("notes") or ""))
+    if said:
+        return said.group(1) == "on"
+    return "compile" in str(rec.get("id", ""))
+
+
+def torch_ddp_framework(name: str) -> dict:
+    """`name`'s cost profile with Megatron's --DDP-impl torch: PyTorch DistributedDataParallel
+    all-reduces gradient buckets while backward runs (Li et al. 2020, arXiv:2006.15704, §3.2.3;
+    Megatron v2 training.py runs every micro-batch but the last under model.no_sync()), where the
+    profile's default, --DDP-impl local, all-reduces after backward. The overlap is torchtitan's
+    DDP-style value (frameworks/torchtitan.yaml dp_overlap_zero0): one documented figure shared."""
+    profile = catalog.framework_dict(name)
+    profile["dp_overlap_zero0"] = catalog.framework_dict("torchtitan")["dp_overlap_zero0"]
+    return profile
+
+
+def megatron_ddp_impl(rec: dict) -> str | None:
+    """The --DDP-impl a record's notes quote from its launch script ("torch" or "local"), else None."""
+    said = re.search(r"--DDP-impl (torch|local)\b", str(rec.get("notes") or ""))
+    return said.group(1) if said else None
+
+
 def _pad_vocab(vocab: int, tp: int, framework: str) -> int:
     """Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by)."""
     if not framework.startswith("megatron"):
@@ -140,10 +188,11 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     if measured.get("step_time_s") is None or any(p.get(k) is None for k in ("tp", "pp", "dp")):
         return None
     fw = rules["framework"]
-    if "compile" in rec["id"] and fw == "torchtitan":
+    if fw == "torchtitan" and torchtitan_compiled(rec):
         fw = "torchtitan-compile"            # torchtitan rows measured with torch.compile
-    if rules.get("vocab") and m.get("vocab_size") is None:
-        m["vocab_size"] = rules["vocab"]
+    own = rules.get("records", {}).get(rec["id"], {})     # what a record's own launch config states
+    if m.get("vocab_size") is None and (own.get("vocab") or rules.get("vocab")):
+        m["vocab_size"] = own.get("vocab") or rules["vocab"]
     if isinstance(m["vocab_size"], bool) or not isinstance(m["vocab_size"], int):
         raise SpecError(f"model.vocab_size must be a whole number, got {m['vocab_size']!r}")
     m["vocab_size"] = _pad_vocab(m["vocab_size"], int(p["tp"]), fw)
@@ -151,7 +200,8 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
         "name": m["name"], "num_layers": m["num_layers"], "hidden_size": m["hidden_size"],
         "ffn_hidden_size": m["ffn_hidden_size"], "num_attention_heads": m["num_attention_heads"],
         "num_kv_heads": m["num_kv_heads"], "vocab_size": m["vocab_size"], "seq_length": m["seq_length"],
-        "activation": m["activation"], "hidden_dropout": rules["dropout"], "attention_dropout": rules["dropout"],
+        "activation": m["activation"], "hidden_dropout": own.get("dropout", rules["dropout"]),
+        "attention_dropout": own.get("dropout", rules["dropout"]),
     }
     if rules.get("mpt"):
         model.update(bias=False, position="alibi", tied_embeddings=True)
@@ -208,14 +258,17 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     if overlap is None:
         overlap = rec["id"] in rules.get("tp_comm_overlap", ())
     parallel["tp_comm_overlap"] = overlap       # as written: the case check refuses "false" (bool("false") is True)
-    if rules.get("grad_comm"):
-        parallel["grad_comm"] = rules["grad_comm"]
+    if own.get("grad_comm") or rules.get("grad_comm"):
+        parallel["grad_comm"] = own.get("grad_comm") or rules["grad_comm"]
     elif parallel["precision"] == "fp16":
         parallel["grad_comm"] = "fp16"      # fp16 training all-reduces fp16 gradients
     memory = measured.get("peak_memory_gib")
+    framework = fw
+    if fw.startswith("megatron-lm") and megatron_ddp_impl(rec) == "torch":
+        framework = torch_ddp_framework(fw)      # narayanan21 Table 1, 1.7B-18.4B (run_table_1.sh DDP=torch)
     return Record(
         id=rec["id"], source=src,
-        case={"model": model, "cluster": cluster, "parallel": parallel, "framework": fw},
+        case={"model": model, "cluster": cluster, "parallel": parallel, "framework": framework},
         measured_step_s=float(measured["step_time_s"]),
         measured_memory_gib=float(memory) if memory is not None else None,
         memory_method=rules.get("memory") if memory is not None else None,
@@ -318,6 +371,10 @@ def record_from_deepspeed(rec: dict) -> Record | None:
         return None
     if p.get("micro_batch") is None or p.get("dp") is None:
         return None
+    if p.get("global_batch") is None and rec["id"].startswith("mds-longseq"):
+        # the folder's 30B script (@ f4157bea examples_deepspeed/deepspeed4science/megatron_long_seq_support/
+        # pretrain_gpt_30B_seq_parallel.sh:96,172): global_batch_size=2, batch_size=1, so 2 micro-batches
+        p["global_batch"] = 2 * p["micro_batch"] * p["dp"]
     if p.get("global_batch") is None:
         p["global_batch"] = p["micro_batch"] * p["dp"]    # ASSUMED: no gradient accumulation stated
     p["cp"] = p.get("cp") or 1

@@ -101,6 +101,64 @@ def test_bloom_bf16_runs_use_the_embedding_aware_pipeline_partition(validation_d
     assert "first_stage_layers" not in records["bloom-prequel-0221-181b-zero1"].case["parallel"]
 
 
+def test_torchtitan_rows_take_the_compile_profile_their_table_states(validation_dir):
+    """torchtitan's 2024-12 Table 2 is "FSDP + CP + torch.compile + Float8" (benchmarks/
+    llama3_h100_202412_torchtitan.md); its row ids carry no "compile", and the id alone put all four
+    on the eager profile (2x the eager elementwise bytes, eager kernel launches). The notes say
+    "torch.compile on" / "off" for every torchtitan row."""
+    frameworks = {r.id: r.case["framework"] for r in load_records(validation_dir, include_vtrain=False)
+                  if r.source == "torchtitan"}
+    table2 = [k for k in frameworks if k.startswith("torchtitan-t2-")]
+    assert len(table2) == 4
+    assert {frameworks[k] for k in table2} == {"torchtitan-compile"}
+    assert frameworks["torchtitan-t1-8b-fsdp"] == frameworks["torchtitan-t3-8b-128gpu-fsdp"] == "torchtitan"
+    assert frameworks["torchtitan-t1-8b-fsdp-compile"] == "torchtitan-compile"
+
+
+def test_nemo_gpt3_175b_512gpu_row_pipelines_its_tp_communication_as_mlperf_did(validation_dir):
+    """NeMo 24.07's 512-GPU GPT-3 175B row links its TFLOP/s to the MLPerf Training result; NVIDIA's
+    MLPerf Training v4.0 config for that layout (64 DGX H100, TP 4, PP 8, micro-batch 2, GBS 2048;
+    config_DGXH100_64x8x128x4x8_mbs2.sh) sets TP_COMM_OVERLAP=True. The 128-GPU row keeps the NeMo
+    launcher's ub_tp_comm_overlap: False (gpt3/175b.yaml:149)."""
+    parallel = {r.id: r.case["parallel"] for r in load_records(validation_dir, include_vtrain=False)
+                if r.source == "nemo2407"}
+    assert parallel["nemo2407-h100-fp8-gpt3-175b-512gpu"]["tp_comm_overlap"] is True
+    assert parallel["nemo2407-h100-fp8-gpt3-175b-128gpu"]["tp_comm_overlap"] is False
+
+
+def test_records_take_what_their_own_launch_configs_state(validation_dir):
+    """Settings a record's own sources state, where the per-source defaults said otherwise (an audit of
+    every non-vTrain record against its notes and cited configs):
+    - narayanan21 Table 1, 1.7B-18.4B: --DDP-impl torch (run_table_1.sh DDP=torch; notes), so PyTorch
+      DDP all-reduces buckets during backward; the larger rows keep --DDP-impl local (after backward);
+    - NeMo GPT-3 5B / 175B (128 GPUs): the launcher's GPT-3 configs (gpt3/5b.yaml, 175b.yaml @ 07a8f783)
+      set dropout 0.1 and GPT2BPETokenizer, 50,257 tokens padded to 128 x tp;
+    - llm-foundry's A100 'bf16 | PURE' rows reduce gradients in bf16 (Composer's PURE mixed precision);
+    - Megatron-DeepSpeed's long-sequence rows: the folder's 30B script sets global_batch_size=2 with
+      batch_size=1 (pretrain_gpt_30B_seq_parallel.sh:96,172), two micro-batches per step."""
+    records = {r.id: r.case for r in load_records(validation_dir, include_vtrain=False)}
+
+    def overlap(rid):
+        fw = records[rid]["framework"]
+        return fw["dp_overlap_zero0"] if isinstance(fw, dict) else None
+
+    for rid in ("narayanan21-t1-gpt1.7b", "narayanan21-t1-gpt3.6b", "narayanan21-t1-gpt7.5b",
+                "narayanan21-t1-gpt18.4b"):
+        assert overlap(rid) == 1.0, rid
+    assert overlap("narayanan21-t1-gpt39.1b") is None          # local DDP: the profile's 0.0
+    for rid, vocab in (("nemo2407-h100-fp8-gpt3-5b", 50304), ("nemo2407-h100-fp8-gpt3-175b-128gpu", 50688)):
+        model = records[rid]["model"]
+        assert model["hidden_dropout"] == model["attention_dropout"] == 0.1
+        assert model["vocab_size"] == vocab                     # 50,257 padded to 128 x tp (tp 1, tp 4)
+    assert records["nemo2407-h100-fp8-gpt3-175b-512gpu"]["model"]["hidden_dropout"] == 0.0   # MLPerf's
+    assert records["mosaic-a100-40gb-bf16-mpt70b-s2048-128gpu"]["parallel"]["grad_comm"] == "bf16"
+    assert records["mosaic-a100-bf16-mpt70b-s2048-64gpu"]["parallel"]["grad_comm"] == "bf16"
+    assert "grad_comm" not in records["mosaic-a100-bf16-mpt7b-s2048-8gpu"]["parallel"]   # amp_bf16 DEFAULT
+    for rid in ("mds-longseq-tp32-seq2k-a100", "mds-longseq-tp32-seq128k-a100"):
+        p = records[rid]["parallel"]
+        assert (p["micro_batch"], p["dp"], p["global_batch"]) == (1, 1, 2)
+
+
 def test_vtrain_single_node_times_are_assembled_with_a_small_per_step_constant(validation_dir):
     """vTrain's single-node 'measured' times are exactly linear in layers and micro-batches within each
     (hidden, tp, micro-batch, pp, dp) group, and the per-step constant they carry is a few ms: far below
