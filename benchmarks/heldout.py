@@ -80,6 +80,31 @@ def record_from_heldout(rec: dict) -> Record | None:
         p["vpp"] = 2
         if len(set(per_rank[1:-1])) <= 1 and per_rank[0] != per_rank[1]:
             p["first_stage_layers"], p["last_stage_layers"] = per_rank[0], per_rank[-1]
+    # What the records' own sources state about gradient reduction (an audit of every held-out record):
+    if prefix == "mcore080":
+        # Megatron-LM @ f2e5db402c megatron/training/arguments.py:299-308: bf16 forces
+        # accumulate_allreduce_grads_in_fp32 ("bfloat16 requires gradient accumulation and all-reduce
+        # to be done in fp32"); that commit has no --grad-reduce-in-bf16
+        rules["grad_comm"] = "fp32"
+    elif prefix == "fms":
+        # fms-fsdp's bf16 policy (fms_fsdp/policies/mixed_precision.py bfSixteen: reduce_dtype bf16), and
+        # the table header's network per node ("400 Gbps" A100, "800 Gbps" H100) over its 8 GPUs
+        rules["grad_comm"] = "bf16"
+        per_node = re.match(r"(\d+) Gbps per node", str(rec["cluster"].get("inter_node") or ""))
+        if per_node:
+            rules["network"] = f"{int(per_node.group(1)) / int(rec['cluster']['gpus_per_node']):g} Gb/s"
+    if fw_name == "torchtitan" and pp > 1 and not interleaved and not p.get("first_stage_layers"):
+        # a single-stage schedule (1F1B): torchtitan's generate_split_points over pp stages (as below)
+        stages = _torchtitan_split(layers, pp)
+        if len(set(stages[1:-1])) <= 1 and stages[0] != stages[1]:
+            p["first_stage_layers"], p["last_stage_layers"] = stages[0], stages[-1]
+    if rec["id"].startswith("mbridge-2511-") and "405b" in rec["id"] and p.get("vpp"):
+        # Megatron-Bridge's 405B recipe (v0.2.0 src/megatron/bridge/recipes/llama/llama3.py:413-414)
+        # sets account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split: 126
+        # layers + 2 over pp x vpp chunks, so the first and the last stage hold one layer fewer
+        chunks = pp * int(p["vpp"])
+        if (layers + 2) % chunks == 0:
+            p["first_stage_layers"] = p["last_stage_layers"] = (layers + 2) // pp - 1
     if fw_name == "megatron-lm" and prefix == "megascale" and p.get("recompute") is None:
         # MegaScale's Megatron-LM baseline (commit 285068c8, 2023-01) reports up to 53% MFU (Table 2);
         # full recompute would put its hardware FLOPs utilisation at 4/3 x that, 71%, above every
