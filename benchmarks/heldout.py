@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.validation import Record, record_from_published
+from planner.validation import Record, record_from_published, torchtitan_compiled
 
 # Held-out runs (benchmarks/data/heldout_runs.yaml): never fitted, only predicted. Each is estimated
 # with the framework profile of its source; what it leaves out is filled as below (ASSUMED, stated).
@@ -44,8 +44,7 @@ def record_from_heldout(rec: dict) -> Record | None:
         # Megatron-Bridge's performance recipes: Megatron-Core with fp8 parameters and TE's fused
         # cross-entropy (catalog frameworks/megatron-bridge.yaml)
         rules["framework"] = "megatron-bridge"
-    notes = str(rec.get("notes", "")) + " " + str(rec.get("source", ""))
-    if fw_name == "torchtitan" and re.search(r"--training\.compile|compile Y\b|torch\.compile", notes):
+    if fw_name == "torchtitan" and torchtitan_compiled(rec):
         rules["framework"] = "torchtitan-compile"     # the source's command / table says it ran compiled
         month = re.match(r"torchtitan-(\d{6})", rec["id"])
         if month and month.group(1) >= "202504":

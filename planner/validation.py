@@ -141,12 +141,16 @@ def comparable_step_s(record: Record, case, step_time_s):
 
 def torchtitan_compiled(rec: dict) -> bool:
     """Whether a torchtitan record ran under torch.compile: its notes say "torch.compile on" (or "off"),
-    as transcribed from the table that lists it; an id naming "compile" counts when the notes are
-    silent. Table 2 of torchtitan's 2024-12 benchmarks ("FSDP + CP + torch.compile + Float8") has no
-    "compile" in its row ids, so the id alone put those rows on the eager profile."""
-    said = re.search(r"torch\.compile (on|off)\b", str(rec.get("notes") or ""))
+    as transcribed from the table that lists it; else its notes or source quote the command or the
+    table ("--training.compile", "compile Y", "torch.compile"); else its id names "compile". Table 2 of
+    torchtitan's 2024-12 benchmarks ("FSDP + CP + torch.compile + Float8") has no "compile" in its row
+    ids, so the id alone put those rows on the eager profile."""
+    notes = str(rec.get("notes") or "")
+    said = re.search(r"torch\.compile (on|off)\b", notes)
     if said:
         return said.group(1) == "on"
+    if re.search(r"--training\.compile|compile Y\b|torch\.compile", notes + " " + str(rec.get("source") or "")):
+        return True
     return "compile" in str(rec.get("id", ""))
 
 
