@@ -12,8 +12,10 @@ Without --from the refits are run here (about 15 minutes on 2 cores).
 
 Step time: residual r = log(predicted / measured) of each run predicted by the constants fitted
 without its source; 10th / 90th percentiles over the runs of each component (costmodels/bands.py),
-each source weighted equally. Memory: log(predicted / measured) of the runs with a measured peak
-(published runs, in-sample: the memory model has no fitted constant; and the held-out runs).
+each source weighted equally. Memory: log(predicted / measured) of the runs with a measured peak:
+published runs whose reading holds the allocator's cache predicted with its overhead refitted without
+their source (benchmarks/fit.py fit_memory, the memory model's one fitted constant), the other published
+readings (max allocated, which it does not enter) and the held-out runs with the catalog's constants.
 Coverage: the share of runs whose measured value lies in the band, per source. The headline is
 nested: the band applied to a source's runs is made from the other sources' residuals only (the
 thin constants' ranges and the memory band stay those of the full file).
@@ -120,10 +122,19 @@ def thin_constants(report, records):
     return out
 
 
-def memory_rows(records):
+def memory_rows(records, report=None):
+    """(id, source, log(predicted / measured)) of every run with a measured peak: the readings that hold
+    the allocator's cache predicted with its overhead refitted without their source
+    (report['memory_loso_predictions'], benchmarks/fit.py loso_memory), the other readings (allocated,
+    which no fitted constant enters) and the held-out runs with the catalog's constants."""
+    loso = {i: (s, p, m) for s, rows in (report or {}).get("memory_loso_predictions", {}).items()
+            for i, p, m in rows}
     rows = []
     for r in evaluate([x for x in records if x.measured_memory_gib is not None]):
-        if r.memory_error is not None:
+        if r.record.id in loso:
+            s, p, m = loso[r.record.id]
+            rows.append((r.record.id, s, math.log(p / m)))
+        elif r.memory_error is not None:
             rows.append((r.record.id, r.record.source, math.log(r.predicted_memory_gib / r.record.measured_memory_gib)))
     for r in evaluate(load_heldout()):
         if r.memory_error is not None:
@@ -140,7 +151,7 @@ def memory_table(rows):
 
 def build_table(report, records, prepared, rows=None):
     rows = rows if rows is not None else residual_rows(report, records, prepared)
-    mem = memory_rows(records)
+    mem = memory_rows(records, report)
     return {
         "level": B.LEVEL,
         "step_time": {"residual": "log(predicted / measured), leave-one-source-out",
@@ -167,8 +178,9 @@ def write_file(table, rows, source_json, path=BAND_FILE):
         f"# commit: {_git('rev-parse', '--short', 'HEAD')}; date: {datetime.date.today().isoformat()}",
         f"# step time: {len(rows)} runs from {len(sources)} sources ({', '.join(sources)}), each predicted",
         "#   by constants fitted without its source; quantiles weight each source equally.",
-        f"# memory: {m['runs']} measured runs from {m['sources']} sources (published runs, whose memory no fit sees:",
-        "#   benchmarks/fit.py fits step-time constants only; plus held-out runs): few, so at least +-10% (floor).",
+        f"# memory: {m['runs']} measured runs from {m['sources']} sources (published runs, the allocator's overhead",
+        "#   refitted without each run's source (benchmarks/fit.py fit_memory); plus held-out runs): few, so at",
+        "#   least +-10% (floor).",
         "# thin_constants: fitted constants that fewer than 20 runs or 3 sources constrain; the band varies",
         "#   each over the range its LOSO refits took (low..high) and widens by the change (costmodels/bands.py).",
         "# How the band is combined: costmodels/bands.py (widest applicable component, thin constants, floor).",
@@ -280,8 +292,8 @@ def heldout_coverage(table):
     return held
 
 
-def memory_coverage(table, records):
-    rows = memory_rows(records)
+def memory_coverage(table, records, report=None):
+    rows = memory_rows(records, report)
     inside = 0
     for _, _, r in rows:
         lo = min(-float(table["memory"]["q90"]), math.log(1 - B.MEMORY_FLOOR))
@@ -318,6 +330,10 @@ def main(argv=None):
         print("no --from: running the leave-one-source-out refits (about 15 minutes) ...", flush=True)
         loso, refits = validate.leave_one_source_out(records, args.data)
         report = {"loso_refits": refits, "loso_predictions": loso}
+    if "memory_loso_predictions" not in report:      # a report of an older validate.py: seconds to redo
+        import fit as fitmod
+        loso_mem, _ = fitmod.loso_memory(records)
+        report["memory_loso_predictions"] = {s: [[i, p, m] for i, _, p, m in rows] for s, rows in loso_mem.items()}
     table, rows = build_table(report, records, prepared)
 
     def nested(source):
@@ -353,8 +369,9 @@ def main(argv=None):
         _print_cov("coverage with the band file's own table (residuals of every source, incl. this one):", cov_in)
         print()
         _print_cov("coverage on the held-out runs (never fitted; catalog constants):", heldout_coverage(table))
-        h, n = memory_coverage(table, records)
-        print(f"\nmemory band: {h} of {n} measured runs inside ({h / n * 100:.1f}%; in-sample: the band is made from them)")
+        h, n = memory_coverage(table, records, report)
+        print(f"\nmemory band: {h} of {n} measured runs inside ({h / n * 100:.1f}%; the band is made from these "
+              "residuals, the allocator overhead refitted without each run's source)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ framework files, not fitted.
 
 Before that, and not on step times: NCCL's per-step and per-call latencies and the A100 NVSwitch bus
 efficiency are fitted to measured all-reduce times (`COLLECTIVE_PARAMETERS`, benchmarks/data/nccl);
-with `--write` the step-time fit then sees them.
+with `--write` the step-time fit then sees them. After it, and on measured peak memory: the caching
+allocator's overhead (`MEMORY_PARAMETERS`, `fit_memory`), with its leave-one-source-out memory error.
 
 `--write` puts the values into the catalog YAML files with a provenance comment (the runs and sources
 whose step time responds to each constant, `provenance`);
@@ -119,7 +120,20 @@ COLLECTIVE_PARAMETERS = [
     Parameter("system", ("A100",), "nvlink_efficiency", "nvlink_efficiency", "", 0.5, 0.95, 0.8, 0.15,
               "NCCL bus bandwidth / NVLink rate: 75-85% on NVSwitch systems"),
 ]
-ALL_PARAMETERS = PARAMETERS + COLLECTIVE_PARAMETERS
+# Fitted to measured peak memory, not to step times: the caching allocator's overhead over the live
+# tensors at the peak (reserved / allocated - 1, costmodels/layout_memory.py). Only readings that hold
+# the allocator's cache set it: torch.cuda.max_memory_reserved ("reserved") and nvidia-smi ("device");
+# max_memory_allocated readings do not contain it. One value for every framework: all of them run
+# PyTorch's CUDA caching allocator. Its prior is on log(1 + value), the reserved / allocated ratio that
+# the readings see (on log(value) a weak prior would still hold 0.05 at 0.08: a factor 2 there is 5% of
+# memory).
+MEMORY_PARAMETERS = [
+    Parameter("fw", FRAMEWORKS, "allocator_fragmentation", "allocator_fragmentation", "", 0.0, 0.6, 0.10, 0.3,
+              "PyTorch's caching allocator rounds requests up (512 B; 2 MiB segments, and 20 MiB ones for "
+              "1-10 MiB requests) and keeps freed blocks cached: a tenth or so above the live peak"),
+]
+MEMORY_METHODS = ("reserved", "device")
+ALL_PARAMETERS = PARAMETERS + COLLECTIVE_PARAMETERS + MEMORY_PARAMETERS
 
 
 def load_nccl_table(gpu="A100"):
@@ -236,6 +250,62 @@ def fit(records, parameters=PARAMETERS, prior_weight=0.1, iterations=60, x0=None
     result = least_squares(residuals, x0 / scale, bounds=(lo / scale, hi / scale), max_nfev=iterations,
                            diff_step=1e-3, x_scale="jac")
     return np.where(used, result.x * scale, prior)
+
+
+def memory_records(records):
+    """The records whose measured peak memory contains the allocator's cache (MEMORY_METHODS)."""
+    return [r for r in records if r.measured_memory_gib is not None and r.memory_method in MEMORY_METHODS]
+
+
+def memory_predictions(records, values, parameters=MEMORY_PARAMETERS, prepared=None):
+    """[(id, source, predicted GiB, measured GiB)] of `records` with the memory constants at `values`."""
+    res = evaluate(records, overrides=make_overrides(values, parameters), prepared=prepared)
+    return [(r.record.id, r.record.source, r.predicted_memory_gib, r.record.measured_memory_gib) for r in res]
+
+
+def fit_memory(records, parameters=MEMORY_PARAMETERS, prior_weight=0.1, robust_scale=ROBUST_SCALE):
+    """Robust least squares on log(predicted / measured) peak memory of `memory_records(records)`
+    (soft-L1 per run, sources weighted equally, a weak prior on log(1 + value)), as `fit` does for step
+    times. Returns the fitted values (array in the order of `parameters`); the prior where no record
+    holds a reading."""
+    records = memory_records(records)
+    prior = np.array([p.prior for p in parameters])
+    if not records:
+        return prior
+    prepared = cases(records)
+    sources = sorted({r.source for r in records})
+    weight = {s: 1.0 / np.sqrt(sum(r.source == s for r in records)) for s in sources}
+    w = np.array([weight[r.source] for r in records])
+    lo = np.array([p.low for p in parameters])
+    hi = np.array([p.high for p in parameters])
+    sigma = np.array([p.sigma for p in parameters])
+    x0 = np.clip(current_values(prepared, parameters), lo + 1e-4, hi - 1e-4)
+
+    def residuals(x):
+        rows = memory_predictions(records, x, parameters, prepared)
+        logs = np.array([np.log(pred / meas) for _, _, pred, meas in rows])
+        data = w * (robust_residual(logs, robust_scale) if robust_scale else logs)
+        return np.concatenate([data, prior_weight * np.log((1.0 + x) / (1.0 + prior)) / sigma])
+
+    result = least_squares(residuals, x0, bounds=(lo, hi), diff_step=1e-2)
+    return result.x
+
+
+def loso_memory(records, parameters=MEMORY_PARAMETERS):
+    """Leave-one-source-out for memory: for each source with readings, the memory constants refitted
+    on the other sources' readings and that source's runs predicted with them.
+    Returns ({source: [(id, source, predicted GiB, measured GiB)]}, {source: refitted values})."""
+    held = memory_records(records)
+    out, refits = {}, {}
+    for source in sorted({r.source for r in held}):
+        values = fit_memory([r for r in held if r.source != source], parameters)
+        out[source] = memory_predictions([r for r in held if r.source == source], values, parameters)
+        refits[source] = [float(v) for v in values]
+    return out, refits
+
+
+def memory_mape(rows) -> float:
+    return float(np.mean([abs(pred / meas - 1.0) for _, _, pred, meas in rows]))
 
 
 def _constrained(parameters, prepared):
@@ -386,8 +456,27 @@ def main(argv=None):
           f"{summary['mape_mean_of_sources']:.3f}")
     for s, v in summary["mape_by_source"].items():
         print(f"  {s:14s} {v:.3f}")
+    mem_values = fit_memory(records)
+    held = memory_records(records)
+    mem_in = memory_predictions(held, mem_values)
+    mem_loso, _ = loso_memory(records)
+    sources = sorted(mem_loso)
+    by_source = {s: (memory_mape(mem_loso[s]), memory_mape([row for row in mem_in if row[1] == s])) for s in sources}
+    for p, v in zip(MEMORY_PARAMETERS, mem_values):
+        print(f"{p.kind:8s} {'(all frameworks)':34s} {p.field:24s} {_format(v, p.unit):>10s}   "
+              f"prior {_format(p.prior, p.unit)}; {len(held)} memory readings ({'/'.join(MEMORY_METHODS)}) "
+              f"of {len(sources)} sources")
+    for s, (lo_, in_) in by_source.items():
+        print(f"  memory {s:14s} leave-one-source-out {lo_ * 100:.1f}%, in-sample {in_ * 100:.1f}%")
     if args.write:
         write_catalog(values, records, prov=prov)
+        counts = {s: sum(r.source == s for r in held) for s in sources}
+        loso_text = ", ".join(f"{s} {by_source[s][0] * 100:.1f}% ({counts[s]} runs)" for s in sources)
+        note = (f"FITTED (benchmarks/fit.py, fit_memory): {len(held)} peak-memory readings that hold the "
+                f"allocator's cache (max reserved / nvidia-smi) from {len(sources)} sources "
+                f"({', '.join(sources)}); leave-one-source-out memory MAPE {loso_text}; shared by every "
+                f"framework (all run PyTorch's caching allocator)")
+        write_catalog(mem_values, records, MEMORY_PARAMETERS, notes=[note] * len(MEMORY_PARAMETERS))
         print("catalog updated")
 
 

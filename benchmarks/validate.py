@@ -8,7 +8,9 @@ Three figures per source, side by side:
   * in-sample: the catalog's constants, fitted on all sources (the figure a fit flatters).
   * held-out: benchmarks/data/heldout_runs.yaml, published runs that no fit ever sees, predicted
     with the catalog's constants and each run's framework profile.
-Also: memory errors where measured, published runs predicted not to fit, same-model pair order.
+Memory: the readings that hold the allocator's cache, leave-one-source-out (benchmarks/fit.py fits the
+allocator's overhead on them) beside in-sample; and every memory error where measured, published runs
+predicted not to fit, same-model pair order.
 """
 from __future__ import annotations
 
@@ -51,6 +53,28 @@ def leave_one_source_out(records, data=None, workers=2):
     with ProcessPoolExecutor(max_workers=workers) as pool:
         out = list(pool.map(_loso_one, [(s, data, x0) for s in sources]))
     return {s: rows for s, rows, _ in out}, {s: v for s, _, v in out}
+
+
+def memory_out_of_sample(records, report):
+    """Peak memory with the allocator's cache (max reserved / nvidia-smi readings), leave-one-source-out:
+    benchmarks/fit.py's memory constant refitted without each source, beside in sample. Seconds."""
+    import fit as fitmod
+    held = fitmod.memory_records(records)
+    if not held:
+        return
+    loso, refits = fitmod.loso_memory(records)
+    inside = {r[0]: r for r in fitmod.memory_predictions(held, fitmod.current_values(fitmod.cases(held),
+                                                                                      fitmod.MEMORY_PARAMETERS))}
+    report["memory_loso"] = {s: fitmod.memory_mape(rows) for s, rows in loso.items()}
+    report["memory_in_sample"] = {s: fitmod.memory_mape([inside[row[0]] for row in rows]) for s, rows in loso.items()}
+    report["memory_loso_refits"] = refits
+    report["memory_loso_predictions"] = {s: [[i, p, m] for i, _, p, m in rows] for s, rows in loso.items()}
+    print()
+    print("peak memory with the allocator's cache (max reserved / nvidia-smi), the allocator overhead refitted "
+          "without each source:")
+    print(f"{'source':16s} {'runs':>5s} {'LOSO':>7s} {'in-sample':>10s}")
+    for s, rows in loso.items():
+        print(f"{s:16s} {len(rows):5d} {report['memory_loso'][s] * 100:6.1f}% {report['memory_in_sample'][s] * 100:9.1f}%")
 
 
 def mape(rows):
@@ -98,6 +122,7 @@ def main(argv=None):
         print(f"worst run out of sample: {wid} ({wsrc}) {werr * 100:+.1f}%")
     else:
         print(f"{'mean of sources':16s} {'':5s} {'-':>7s} {in_mean * 100:9.1f}%")
+    memory_out_of_sample(records, report)
 
     heldout = evaluate(load_heldout())
     by: dict[str, list] = {}

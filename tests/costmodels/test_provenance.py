@@ -17,7 +17,7 @@ CONSTANT_KEYS = {
     "attention_speedup", "elementwise_traffic", "iteration_overhead", "host_overhead",
     "microbatch_overhead", "zero3_gather_efficiency", "zero3_overlap", "offload_overlap",
     "zero3_recompute_gathers",
-    "saved_activation_factor", "attention_kernel", "flash_attention_2_peak",
+    "saved_activation_factor", "attention_kernel", "flash_attention_2_peak", "allocator_fragmentation",
 }
 LINE = re.compile(r"^\s*([a-z0-9_]+):\s*([^#\n]*?)\s*(?:#\s*(.*))?$")
 

@@ -21,7 +21,12 @@ def test_planner_best_equals_exhaustive_reference():
     result = planner.plan(model, cluster, gpus=8, global_batch=256, **SMALL)
     space = build_space(model, cluster, result.request)
     best, value = exhaustive_reference(space, load_profile("megatron-deepspeed"))
-    assert value == pytest.approx(per_token(result.best), rel=1e-9)
+    # The fastest point estimate is what the exhaustive loop finds; the plan shows it first, or second
+    # when a tie within model error is picked for memory safety (README 'Error bands', tie-break rule 1:
+    # here the fastest, ZeRO-2 at micro batch 2, has an upper memory band above 80 GiB).
+    fastest = min([result.best, *result.runner_ups], key=per_token)
+    assert value == pytest.approx(per_token(fastest), rel=1e-9)
+    assert fastest is result.best or result.why[0].startswith("picked for memory safety")
 
 
 def test_optuna_reaches_within_one_percent_of_the_lattice_best():
