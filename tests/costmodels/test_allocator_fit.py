@@ -3,9 +3,7 @@
 and cross-validated by source. It was 'SET BY HAND (not fitted) on 51 readings from 2 sources' with
 no out-of-sample figure; each test here fails on that code (no fit_memory / loso_memory)."""
 import dataclasses
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,16 +12,6 @@ from costmodels import catalog
 from planner.validation import load_records
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def fit():
-    pytest.importorskip("scipy")
-    spec = importlib.util.spec_from_file_location("fit", ROOT / "benchmarks" / "fit.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit"] = module          # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

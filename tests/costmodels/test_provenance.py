@@ -1,10 +1,6 @@
 """Every catalog constant states where it comes from, and 'FITTED' means benchmarks/fit.py fits it."""
-import importlib.util
 import re
-import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "costmodels" / "catalog"
@@ -20,16 +16,6 @@ CONSTANT_KEYS = {
     "saved_activation_factor", "attention_kernel", "flash_attention_2_peak", "allocator_fragmentation",
 }
 LINE = re.compile(r"^\s*([a-z0-9_]+):\s*([^#\n]*?)\s*(?:#\s*(.*))?$")
-
-
-@pytest.fixture(scope="module")
-def fit():
-    pytest.importorskip("scipy")
-    spec = importlib.util.spec_from_file_location("fit", ROOT / "benchmarks" / "fit.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit"] = module          # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def _constant_lines():
