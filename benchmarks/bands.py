@@ -332,8 +332,7 @@ def main(argv=None):
         report = {"loso_refits": refits, "loso_predictions": loso}
     if "memory_loso_predictions" not in report:      # a report of an older validate.py: seconds to redo
         import fit as fitmod
-        loso_mem, _ = fitmod.loso_memory(records)
-        report["memory_loso_predictions"] = {s: [[i, p, m] for i, _, p, m in rows] for s, rows in loso_mem.items()}
+        report["memory_loso_predictions"] = fitmod.memory_out_of_sample(records).get("predictions", {})
     table, rows = build_table(report, records, prepared)
 
     def nested(source):

@@ -221,15 +221,21 @@ def robust_residual(r, c=ROBUST_SCALE):
     return np.sign(r) * np.sqrt(2.0 * c * c * (np.sqrt(1.0 + (r / c) ** 2) - 1.0))
 
 
+def source_weights(records) -> np.ndarray:
+    """Per record 1 / sqrt(runs of its source): each source weighs the same in a sum of squares."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.source] = counts.get(r.source, 0) + 1
+    return np.array([1.0 / np.sqrt(counts[r.source]) for r in records])
+
+
 def fit(records, parameters=PARAMETERS, prior_weight=0.1, iterations=60, x0=None, prepared=None,
         robust_scale=ROBUST_SCALE):
     """Robust least squares on log(predicted / measured) step time (soft-L1 per run,
     `robust_residual`), sources weighted equally, with priors. Returns the fitted values (array in
     the order of `parameters`)."""
     prepared = prepared if prepared is not None else cases(records)
-    sources = sorted({r.source for r in records})
-    weight = {s: 1.0 / np.sqrt(sum(r.source == s for r in records)) for s in sources}
-    w = np.array([weight[r.source] for r in records])
+    w = source_weights(records)
     x0 = current_values(prepared, parameters) if x0 is None else np.asarray(x0, dtype=float)
     lo = np.array([p.low for p in parameters])
     hi = np.array([p.high for p in parameters])
@@ -273,9 +279,7 @@ def fit_memory(records, parameters=MEMORY_PARAMETERS, prior_weight=0.1, robust_s
     if not records:
         return prior
     prepared = cases(records)
-    sources = sorted({r.source for r in records})
-    weight = {s: 1.0 / np.sqrt(sum(r.source == s for r in records)) for s in sources}
-    w = np.array([weight[r.source] for r in records])
+    w = source_weights(records)
     lo = np.array([p.low for p in parameters])
     hi = np.array([p.high for p in parameters])
     sigma = np.array([p.sigma for p in parameters])
@@ -306,6 +310,23 @@ def loso_memory(records, parameters=MEMORY_PARAMETERS):
 
 def memory_mape(rows) -> float:
     return float(np.mean([abs(pred / meas - 1.0) for _, _, pred, meas in rows]))
+
+
+def memory_out_of_sample(records, values=None) -> dict:
+    """Memory accuracy per source with readings: 'loso' and 'in_sample' MAPE (in sample at `values`,
+    default the catalog's), the LOSO 'refits' and 'predictions' ({source: [[id, predicted, measured]]},
+    GiB), the shape benchmarks/validate.py reports and benchmarks/bands.py reads."""
+    held = memory_records(records)
+    if not held:
+        return {}
+    loso, refits = loso_memory(records)
+    values = current_values(cases(held), MEMORY_PARAMETERS) if values is None else values
+    inside = {row[0]: row for row in memory_predictions(held, values)}
+    return {"loso": {s: memory_mape(rows) for s, rows in loso.items()},
+            "in_sample": {s: memory_mape([inside[row[0]] for row in rows]) for s, rows in loso.items()},
+            "runs": {s: len(rows) for s, rows in loso.items()},
+            "refits": refits,
+            "predictions": {s: [[i, p, m] for i, _, p, m in rows] for s, rows in loso.items()}}
 
 
 def _constrained(parameters, prepared):
@@ -457,21 +478,18 @@ def main(argv=None):
     for s, v in summary["mape_by_source"].items():
         print(f"  {s:14s} {v:.3f}")
     mem_values = fit_memory(records)
-    held = memory_records(records)
-    mem_in = memory_predictions(held, mem_values)
-    mem_loso, _ = loso_memory(records)
-    sources = sorted(mem_loso)
-    by_source = {s: (memory_mape(mem_loso[s]), memory_mape([row for row in mem_in if row[1] == s])) for s in sources}
+    mem = memory_out_of_sample(records, mem_values)
+    held, sources = memory_records(records), sorted(mem["loso"])
     for p, v in zip(MEMORY_PARAMETERS, mem_values):
         print(f"{p.kind:8s} {'(all frameworks)':34s} {p.field:24s} {_format(v, p.unit):>10s}   "
               f"prior {_format(p.prior, p.unit)}; {len(held)} memory readings ({'/'.join(MEMORY_METHODS)}) "
               f"of {len(sources)} sources")
-    for s, (lo_, in_) in by_source.items():
-        print(f"  memory {s:14s} leave-one-source-out {lo_ * 100:.1f}%, in-sample {in_ * 100:.1f}%")
+    for s in sources:
+        print(f"  memory {s:14s} leave-one-source-out {mem['loso'][s] * 100:.1f}%, "
+              f"in-sample {mem['in_sample'][s] * 100:.1f}%")
     if args.write:
         write_catalog(values, records, prov=prov)
-        counts = {s: sum(r.source == s for r in held) for s in sources}
-        loso_text = ", ".join(f"{s} {by_source[s][0] * 100:.1f}% ({counts[s]} runs)" for s in sources)
+        loso_text = ", ".join(f"{s} {mem['loso'][s] * 100:.1f}% ({mem['runs'][s]} runs)" for s in sources)
         note = (f"FITTED (benchmarks/fit.py, fit_memory): {len(held)} peak-memory readings that hold the "
                 f"allocator's cache (max reserved / nvidia-smi) from {len(sources)} sources "
                 f"({', '.join(sources)}); leave-one-source-out memory MAPE {loso_text}; shared by every "

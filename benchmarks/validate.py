@@ -59,22 +59,17 @@ def memory_out_of_sample(records, report):
     """Peak memory with the allocator's cache (max reserved / nvidia-smi readings), leave-one-source-out:
     benchmarks/fit.py's memory constant refitted without each source, beside in sample. Seconds."""
     import fit as fitmod
-    held = fitmod.memory_records(records)
-    if not held:
+    mem = fitmod.memory_out_of_sample(records)
+    if not mem:
         return
-    loso, refits = fitmod.loso_memory(records)
-    inside = {r[0]: r for r in fitmod.memory_predictions(held, fitmod.current_values(fitmod.cases(held),
-                                                                                      fitmod.MEMORY_PARAMETERS))}
-    report["memory_loso"] = {s: fitmod.memory_mape(rows) for s, rows in loso.items()}
-    report["memory_in_sample"] = {s: fitmod.memory_mape([inside[row[0]] for row in rows]) for s, rows in loso.items()}
-    report["memory_loso_refits"] = refits
-    report["memory_loso_predictions"] = {s: [[i, p, m] for i, _, p, m in rows] for s, rows in loso.items()}
+    report.update({"memory_loso": mem["loso"], "memory_in_sample": mem["in_sample"],
+                   "memory_loso_refits": mem["refits"], "memory_loso_predictions": mem["predictions"]})
     print()
     print("peak memory with the allocator's cache (max reserved / nvidia-smi), the allocator overhead refitted "
           "without each source:")
     print(f"{'source':16s} {'runs':>5s} {'LOSO':>7s} {'in-sample':>10s}")
-    for s, rows in loso.items():
-        print(f"{s:16s} {len(rows):5d} {report['memory_loso'][s] * 100:6.1f}% {report['memory_in_sample'][s] * 100:9.1f}%")
+    for s, n in mem["runs"].items():
+        print(f"{s:16s} {n:5d} {mem['loso'][s] * 100:6.1f}% {mem['in_sample'][s] * 100:9.1f}%")
 
 
 def mape(rows):
