@@ -370,7 +370,7 @@ def main(argv=None):
         _print_cov("coverage on the held-out runs (never fitted; catalog constants):", heldout_coverage(table))
         h, n = memory_coverage(table, records, report)
         print(f"\nmemory band: {h} of {n} measured runs inside ({h / n * 100:.1f}%; the band is made from these "
-              "residuals, the allocator overhead refitted without each run's source)")
+              "residuals, the memory constants refitted without each run's source)")
 
 
 if __name__ == "__main__":

@@ -127,11 +127,24 @@ COLLECTIVE_PARAMETERS = [
 # PyTorch's CUDA caching allocator. Its prior is on log(1 + value), the reserved / allocated ratio that
 # the readings see (on log(value) a weak prior would still hold 0.05 at 0.08: a factor 2 there is 5% of
 # memory).
+#
+# torch.compile's saved activations relative to eager: every compiled run with a memory reading is
+# torchtitan's (Tables 1 and 3, op-level selective checkpointing), so one source sets it; its prior is
+# the eager value, 1.0, because under op-level checkpointing the policy's MUST_SAVE list (matmul and
+# attention outputs), not the compiler, picks what is saved (torchtitan 9dec370
+# parallelisms/parallelize_llama.py _save_list); a weak one (sigma 1 in log), since the measured
+# compiled runs hold 5-7% less than their eager twins and nothing read here says why. Without
+# torchtitan it stays at that prior.
 MEMORY_PARAMETERS = [
     Parameter("fw", FRAMEWORKS, "allocator_fragmentation", "allocator_fragmentation", "", 0.0, 0.6, 0.10, 0.3,
               "PyTorch's caching allocator rounds requests up (512 B; 2 MiB segments, and 20 MiB ones for "
               "1-10 MiB requests) and keeps freed blocks cached: a tenth or so above the live peak"),
+    Parameter("fw", ("torchtitan-compile", "torchtitan-compile-2025"), "saved_activation_factor",
+              "saved_activation_factor", "", 0.3, 1.5, 1.0, 1.0,
+              "under op-level checkpointing the policy, not Inductor, picks the saved tensors: eager's 1.0"),
 ]
+# The allocator's prior is on log(1 + value) (see above), the others' on log(value).
+PRIOR_ON_ONE_PLUS = ("allocator_fragmentation",)
 MEMORY_METHODS = ("reserved", "device")
 ALL_PARAMETERS = PARAMETERS + COLLECTIVE_PARAMETERS + MEMORY_PARAMETERS
 
@@ -263,6 +276,30 @@ def memory_records(records):
     return [r for r in records if r.measured_memory_gib is not None and r.memory_method in MEMORY_METHODS]
 
 
+def memory_readings(records, parameters=MEMORY_PARAMETERS) -> dict:
+    """{field: (ids of the readings that respond to it, their sources, how many it enters)} among
+    `memory_records(records)`; a reading responds when halving the constant (from the catalog's
+    value) moves its prediction by 1% or more, as `provenance` counts for step times."""
+    held = memory_records(records)
+    if not held:
+        return {p.field: ([], [], 0) for p in parameters}
+    prepared = cases(held)
+    names = [case.framework.name for case in prepared]
+    base = current_values(prepared, parameters)
+    before = memory_predictions(held, base, parameters, prepared)
+    out = {}
+    for k, p in enumerate(parameters):
+        # the allocator's overhead is a fraction above 1: halve 1 + value, not the value
+        half = base.copy()
+        half[k] = (1.0 + base[k]) / 2.0 - 1.0 if p.field in PRIOR_ON_ONE_PLUS else base[k] / 2.0
+        half[k] = max(half[k], p.low)
+        after = memory_predictions(held, half, parameters, prepared)
+        enters = [r for r, name in zip(held, names) if p.groups == FRAMEWORKS or name in p.groups]
+        runs = [r for r, b, a in zip(held, before, after) if abs(a[2] / b[2] - 1.0) >= 0.01]
+        out[p.field] = ([r.id for r in runs], sorted({r.source for r in runs}), len(enters))
+    return out
+
+
 def memory_predictions(records, values, parameters=MEMORY_PARAMETERS, prepared=None):
     """[(id, source, predicted GiB, measured GiB)] of `records` with the memory constants at `values`."""
     res = evaluate(records, overrides=make_overrides(values, parameters), prepared=prepared)
@@ -284,12 +321,13 @@ def fit_memory(records, parameters=MEMORY_PARAMETERS, prior_weight=0.1, robust_s
     hi = np.array([p.high for p in parameters])
     sigma = np.array([p.sigma for p in parameters])
     x0 = np.clip(current_values(prepared, parameters), lo + 1e-4, hi - 1e-4)
+    shift = np.array([1.0 if p.field in PRIOR_ON_ONE_PLUS else 0.0 for p in parameters])
 
     def residuals(x):
         rows = memory_predictions(records, x, parameters, prepared)
         logs = np.array([np.log(pred / meas) for _, _, pred, meas in rows])
         data = w * (robust_residual(logs, robust_scale) if robust_scale else logs)
-        return np.concatenate([data, prior_weight * np.log((1.0 + x) / (1.0 + prior)) / sigma])
+        return np.concatenate([data, prior_weight * np.log((shift + x) / (shift + prior)) / sigma])
 
     result = least_squares(residuals, x0, bounds=(lo, hi), diff_step=1e-2)
     return result.x
@@ -480,21 +518,34 @@ def main(argv=None):
     mem_values = fit_memory(records)
     mem = memory_out_of_sample(records, mem_values)
     held, sources = memory_records(records), sorted(mem["loso"])
+    readings = memory_readings(held)
     for p, v in zip(MEMORY_PARAMETERS, mem_values):
-        print(f"{p.kind:8s} {'(all frameworks)':34s} {p.field:24s} {_format(v, p.unit):>10s}   "
-              f"prior {_format(p.prior, p.unit)}; {len(held)} memory readings ({'/'.join(MEMORY_METHODS)}) "
-              f"of {len(sources)} sources")
+        runs, of, enters = readings[p.field]
+        groups = "(all frameworks)" if p.groups == FRAMEWORKS else "/".join(p.groups)
+        print(f"{p.kind:8s} {groups[:34]:34s} {p.field:24s} {_format(v, p.unit):>10s}   "
+              f"prior {_format(p.prior, p.unit)}; set by {len(runs)} memory readings ({'/'.join(MEMORY_METHODS)}) "
+              f"of {len(of)} sources ({', '.join(of)}), enters {enters}")
     for s in sources:
         print(f"  memory {s:14s} leave-one-source-out {mem['loso'][s] * 100:.1f}%, "
               f"in-sample {mem['in_sample'][s] * 100:.1f}%")
     if args.write:
         write_catalog(values, records, prov=prov)
         loso_text = ", ".join(f"{s} {mem['loso'][s] * 100:.1f}% ({mem['runs'][s]} runs)" for s in sources)
-        note = (f"FITTED (benchmarks/fit.py, fit_memory): {len(held)} peak-memory readings that hold the "
-                f"allocator's cache (max reserved / nvidia-smi) from {len(sources)} sources "
-                f"({', '.join(sources)}); leave-one-source-out memory MAPE {loso_text}; shared by every "
-                f"framework (all run PyTorch's caching allocator)")
-        write_catalog(mem_values, records, MEMORY_PARAMETERS, notes=[note] * len(MEMORY_PARAMETERS))
+        runs, of, _ = readings["allocator_fragmentation"]
+        notes = {"allocator_fragmentation": (
+            f"FITTED (benchmarks/fit.py, fit_memory): {len(runs)} peak-memory readings that hold the "
+            f"allocator's cache (max reserved / nvidia-smi) from {len(of)} sources ({', '.join(of)}); "
+            f"leave-one-source-out memory MAPE {loso_text}; shared by every framework (all run PyTorch's "
+            f"caching allocator)")}
+        runs, of, enters = readings["saved_activation_factor"]
+        notes["saved_activation_factor"] = (
+            f"FITTED (benchmarks/fit.py, fit_memory): {len(runs)} max-reserved readings of compiled runs "
+            f"from {len(of)} source ({', '.join(of)}) that respond to it (halving it moves them 1% or more), "
+            f"of {enters} it enters, with the allocator overhead; thin: without that source "
+            f"it stays at its prior 1.0 (eager's saved set: under op-level checkpointing the policy picks "
+            f"what is saved), which its leave-one-source-out figure uses; shared by torchtitan-compile and "
+            f"torchtitan-compile-2025")
+        write_catalog(mem_values, records, MEMORY_PARAMETERS, notes=[notes[p.field] for p in MEMORY_PARAMETERS])
         print("catalog updated")
 
 

@@ -57,7 +57,7 @@ def leave_one_source_out(records, data=None, workers=2):
 
 def memory_out_of_sample(records, report):
     """Peak memory with the allocator's cache (max reserved / nvidia-smi readings), leave-one-source-out:
-    benchmarks/fit.py's memory constant refitted without each source, beside in sample. Seconds."""
+    benchmarks/fit.py's memory constants refitted without each source, beside in sample. Seconds."""
     import fit as fitmod
     mem = fitmod.memory_out_of_sample(records)
     if not mem:

@@ -1,4 +1,4 @@
-"""The memory model's one fitted constant: the caching allocator's overhead over the live peak
+"""The memory model's fitted constants: the caching allocator's overhead over the live peak
 (`allocator_fragmentation`), fitted by benchmarks/fit.py on the readings that hold the allocator's cache
 and cross-validated by source. It was 'SET BY HAND (not fitted) on 51 readings from 2 sources' with
 no out-of-sample figure; each test here fails on that code (no fit_memory / loso_memory)."""
@@ -37,10 +37,49 @@ def test_fit_memory_recovers_the_overhead_the_model_generated(fit, records, true
     """Readings made by the model itself at a known overhead: the fit finds it again (no prior), and
     with its weak prior stays within a hundredth."""
     held = fit.memory_records(records)
-    made = [p for _, _, p, _ in fit.memory_predictions(held, [true_value])]
+    made = [p for _, _, p, _ in fit.memory_predictions(held, [true_value, 1.0])]
     synthetic = _with_measured(held, made)
     assert fit.fit_memory(synthetic, prior_weight=0.0)[0] == pytest.approx(true_value, abs=2e-3)
     assert fit.fit_memory(synthetic)[0] == pytest.approx(true_value, abs=0.01)
+
+
+# torch.compile's saved activations relative to eager (torchtitan-compile profiles): 'SET BY HAND (not
+# fitted) to the torchtitan t1/t3 compile memory rows' at 0.85 until 2026-11-25; now the second memory
+# constant fit_memory fits. These fail on that code (one memory constant only).
+
+@pytest.mark.parametrize("true_factor", [0.6, 0.95])
+def test_fit_memory_recovers_the_compiled_saved_activation_factor(fit, records, true_factor):
+    held = fit.memory_records(records)
+    made = [p for _, _, p, _ in fit.memory_predictions(held, [0.12, true_factor])]
+    values = fit.fit_memory(_with_measured(held, made), prior_weight=0.0)
+    assert [p.field for p in fit.MEMORY_PARAMETERS] == ["allocator_fragmentation", "saved_activation_factor"]
+    assert values[0] == pytest.approx(0.12, abs=2e-3)
+    assert values[1] == pytest.approx(true_factor, abs=0.01)
+
+
+def test_only_compiled_runs_of_one_source_set_the_compiled_factor(fit, records):
+    """The readings it enters are torchtitan's compiled runs alone: one source, said in the catalog."""
+    runs, sources, enters = fit.memory_readings(records)["saved_activation_factor"]
+    assert sources == ["torchtitan"] and 0 < len(runs) <= enters
+    assert all("compile" in fit_id or "cp" in fit_id for fit_id in runs)
+
+
+def test_without_torchtitan_the_compiled_factor_is_its_prior(fit, records):
+    """Leave-one-source-out: the refit that predicts torchtitan has no compiled reading left, so the
+    factor is its prior, eager's 1.0, not a value read off the runs it then predicts."""
+    _, refits = fit.loso_memory(records)
+    assert refits["torchtitan"][1] == pytest.approx(1.0, abs=1e-3)
+    assert refits["bloom"][1] < 0.95           # torchtitan's compiled runs hold less than eager ones
+
+
+def test_the_compile_profiles_hold_the_fitted_factor_and_say_it_is_thin(fit, records):
+    value = float(fit.fit_memory(records)[1])
+    for name in ("torchtitan-compile", "torchtitan-compile-2025"):
+        assert catalog.load_framework(name).saved_activation_factor == pytest.approx(value, abs=1e-3), name
+        line = next(ln for ln in (ROOT / "costmodels" / "catalog" / "frameworks" / f"{name}.yaml")
+                    .read_text().splitlines() if ln.startswith("saved_activation_factor:"))
+        assert re.search(r"FITTED \(benchmarks/fit\.py, fit_memory\): \d+ max-reserved readings .* from 1 source "
+                         r"\(torchtitan\).*thin", line), line
 
 
 def test_memory_loso_never_sees_the_left_out_source(fit, records):

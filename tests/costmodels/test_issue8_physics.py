@@ -129,8 +129,9 @@ def test_torchtitan_from_april_2025_compiles_the_loss():
     """torchtitan compiles the loss with --training.compile from bbb1b616e (2025-04-02): no fp32 logits,
     4 bytes per logit. Llama 3.1 8B fp8 on 64 H200 (held-out, torchtitan 2025-06): 47.0 GiB reserved
     measured; 63.2 predicted (+35%) when read as the December 2024 code, whose loss stayed eager. With
-    the compiled loss +7.1% at the hand-set allocator overhead (0.10), +10.4% at the fitted one (0.134):
-    the bound is 12%, far below the eager reading's error."""
+    the compiled loss +7.1% at the hand-set allocator overhead (0.10), +10.4% at the fitted one (0.134),
+    +6.9% since the compile factor is fitted (0.811, was set by hand at 0.85) and no staging is set by
+    hand: the bound is 10%, far below the eager reading's error."""
     from benchmarks.heldout import load_heldout
     from planner.validation import cases, evaluate
     runs = {r.id: r for r in load_heldout()}
@@ -139,7 +140,7 @@ def test_torchtitan_from_april_2025_compiles_the_loss():
     assert cases([runs["torchtitan-202412-t4-70b-2d-256gpu"]])[0].framework.name == "torchtitan-compile"
     assert catalog.load_framework("torchtitan-compile-2025").logits_bytes_per_element == 4
     (res,) = evaluate([h200])
-    assert abs(res.memory_error) <= 0.12, res.memory_error
+    assert abs(res.memory_error) <= 0.10, res.memory_error
 
 
 def test_fsdp_pipeline_gathers_once_per_step():

@@ -299,7 +299,8 @@ def test_runner_ups_are_the_best_of_other_families():
     from planner import plan as api_plan
     from planner.ranking import family_codes, family_label
 
-    res = api_plan("llama2-13b", "A100-80GB", gpus=8, global_batch=64, top_k=8, advice=False)
+    # top 10: with the fitted allocator overhead (0.145) ZeRO-3's best is the 9th family
+    res = api_plan("llama2-13b", "A100-80GB", gpus=8, global_batch=64, top_k=10, advice=False)
     fams = [p.family for p in res.plans]
     objs = [p.objective[0] for p in res.plans]
     if any(w.startswith("picked for memory safety") for w in res.why):
