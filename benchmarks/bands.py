@@ -13,9 +13,10 @@ Without --from the refits are run here (about 15 minutes on 2 cores).
 Step time: residual r = log(predicted / measured) of each run predicted by the constants fitted
 without its source; 10th / 90th percentiles over the runs of each component (costmodels/bands.py),
 each source weighted equally. Memory: log(predicted / measured) of the runs with a measured peak:
-published runs whose reading holds the allocator's cache predicted with its overhead refitted without
-their source (benchmarks/fit.py fit_memory, the memory model's one fitted constant), the other published
-readings (max allocated, which it does not enter) and the held-out runs with the catalog's constants.
+published runs whose reading holds the allocator's cache predicted with the memory constants refitted
+without their source (benchmarks/fit.py fit_memory: the allocator's overhead, torch.compile's saved
+activations), the other published readings (max allocated, which neither enters) and the held-out runs
+with the catalog's constants.
 Coverage: the share of runs whose measured value lies in the band, per source. The headline is
 nested: the band applied to a source's runs is made from the other sources' residuals only (the
 thin constants' ranges and the memory band stay those of the full file).
@@ -124,9 +125,9 @@ def thin_constants(report, records):
 
 def memory_rows(records, report=None):
     """(id, source, log(predicted / measured)) of every run with a measured peak: the readings that hold
-    the allocator's cache predicted with its overhead refitted without their source
+    the allocator's cache predicted with the memory constants refitted without their source
     (report['memory_loso_predictions'], benchmarks/fit.py loso_memory), the other readings (allocated,
-    which no fitted constant enters) and the held-out runs with the catalog's constants."""
+    which no fitted memory constant enters) and the held-out runs with the catalog's constants."""
     loso = {i: (s, p, m) for s, rows in (report or {}).get("memory_loso_predictions", {}).items()
             for i, p, m in rows}
     rows = []
@@ -178,7 +179,7 @@ def write_file(table, rows, source_json, path=BAND_FILE):
         f"# commit: {_git('rev-parse', '--short', 'HEAD')}; date: {datetime.date.today().isoformat()}",
         f"# step time: {len(rows)} runs from {len(sources)} sources ({', '.join(sources)}), each predicted",
         "#   by constants fitted without its source; quantiles weight each source equally.",
-        f"# memory: {m['runs']} measured runs from {m['sources']} sources (published runs, the allocator's overhead",
+        f"# memory: {m['runs']} measured runs from {m['sources']} sources (published runs, the memory constants",
         "#   refitted without each run's source (benchmarks/fit.py fit_memory); plus held-out runs): few, so at",
         "#   least +-10% (floor).",
         "# thin_constants: fitted constants that fewer than 20 runs or 3 sources constrain; the band varies",

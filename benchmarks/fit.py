@@ -15,7 +15,8 @@ framework files, not fitted.
 Before that, and not on step times: NCCL's per-step and per-call latencies and the A100 NVSwitch bus
 efficiency are fitted to measured all-reduce times (`COLLECTIVE_PARAMETERS`, benchmarks/data/nccl);
 with `--write` the step-time fit then sees them. After it, and on measured peak memory: the caching
-allocator's overhead (`MEMORY_PARAMETERS`, `fit_memory`), with its leave-one-source-out memory error.
+allocator's overhead and torch.compile's saved-activation factor (`MEMORY_PARAMETERS`, `fit_memory`),
+with their leave-one-source-out memory error.
 
 `--write` puts the values into the catalog YAML files with a provenance comment (the runs and sources
 whose step time responds to each constant, `provenance`);
@@ -308,8 +309,8 @@ def memory_predictions(records, values, parameters=MEMORY_PARAMETERS, prepared=N
 
 def fit_memory(records, parameters=MEMORY_PARAMETERS, prior_weight=0.1, robust_scale=ROBUST_SCALE):
     """Robust least squares on log(predicted / measured) peak memory of `memory_records(records)`
-    (soft-L1 per run, sources weighted equally, a weak prior on log(1 + value)), as `fit` does for step
-    times. Returns the fitted values (array in the order of `parameters`); the prior where no record
+    (soft-L1 per run, sources weighted equally, a weak prior on log(1 + value) for the allocator's
+    overhead, on log(value) for the others), as `fit` does for step times. Returns the fitted values (array in the order of `parameters`); the prior where no record
     holds a reading."""
     records = memory_records(records)
     prior = np.array([p.prior for p in parameters])
