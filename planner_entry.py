@@ -51,3 +51,8 @@ def main():
         except OSError:
             pass
         raise SystemExit(2) from None
+    finally:
+        # the command is done (its files whole, its result or error printed): a Ctrl-C now would only
+        # kill the interpreter's shutdown by the signal, with nothing said
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -211,7 +211,7 @@ def _no_base60(construct):
     pattern 2:4 or a note '12:30' is right, and a number field given '1:30' is refused by its own check."""
     def as_text(loader, node):
         value = str(node.value)
-        if ":" in value or _YAML11_BASES.match(value):
+        if ":" in value or "_" in value or _YAML11_BASES.match(value):
             return loader.construct_scalar(node)
         return construct(loader, node)
     return as_text
@@ -226,6 +226,19 @@ _YAML11_BASES = re.compile(r"[-+]?(0[0-7_]*[1-7][0-7_]*|0b[01_]+)$")     # 00 is
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_base60(yaml.SafeLoader.construct_yaml_int))
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _no_base60(yaml.SafeLoader.construct_yaml_float))
+
+
+def _yaml12_bool(loader, node):
+    """YAML 1.1 reads yes / no / on / off / y / n as booleans; YAML 1.2 only true and false. Read the
+    others as the text they are, so a true-or-false field refuses them instead of guessing (as '1_2'
+    is text above, not YAML 1.1's 12)."""
+    value = str(node.value)
+    if value.lower() in ("true", "false"):
+        return yaml.SafeLoader.construct_yaml_bool(loader, node)
+    return loader.construct_scalar(node)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:bool", _yaml12_bool)
 
 
 def _strict_load(text: str):

@@ -164,8 +164,9 @@ class ModelSpec:
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
                     or not np.isfinite(value):
                 raise SpecError(f"model '{self.name}': {name} must be a finite number, got {value!r}")
-        if self.rope_theta <= 0:
-            raise SpecError(f"model '{self.name}': rope_theta must be greater than zero, got {self.rope_theta!r}")
+        if not 1.0 <= self.rope_theta <= 1e12:
+            raise SpecError(f"model '{self.name}': rope_theta must be between 1 and 10^12 (RoPE bases of real "
+                            f"models are 10^4-10^8), got {self.rope_theta!r}")
         for name in ("num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
                      "max_seq_len"):
             value = getattr(self, name)

@@ -200,6 +200,14 @@ _FIELD = {"global_batch": re.compile(r"global batch size:\s+([0-9]{1,15}) \|"),
           "seq_len": re.compile(r"actual seqlen:\s+([0-9]{1,15}) \|"),
           "samples_per_s": re.compile(r"samples per second: " + _NUM + r" \|"),
           "tflops": re.compile(r"TFLOPs: " + _NUM + r" \|")}
+# the same fields, whatever their value: a field that is printed but does not read as a number is damage,
+# not absence ('global batch size:  4096x |' was skipped, and the log fitted as if it had none)
+_FIELD_ANY = {"global_batch": re.compile(r"global batch size:([^|]{0,64})(?:\||$)"),
+              "seq_len": re.compile(r"actual seqlen:([^|]{0,64})(?:\||$)"),
+              "samples_per_s": re.compile(r"samples per second:([^|]{0,64})(?:\||$)"),
+              "tflops": re.compile(r"TFLOPs:([^|]{0,64})(?:\||$)")}
+_FIELD_NAME = {"global_batch": "global batch size", "seq_len": "actual seqlen",
+               "samples_per_s": "samples per second", "tflops": "TFLOPs"}
 # megatron/utils.py report_memory (lines 108-122)
 _MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: " + _NUM + r" \| "
                   r"reserved: " + _NUM + r" \| max reserved: " + _NUM)
@@ -300,6 +308,11 @@ def parse_log(path) -> LogRun:
                 f = rx.search(line)
                 if f:
                     fields.setdefault(k, []).append(float(f.group(1)))
+                elif (raw := _FIELD_ANY[k].search(line)) is not None:
+                    value = raw.group(1).strip()[:40]
+                    raise SpecError(f"log '{path}', line {number}: {_FIELD_NAME[k]} is {value!r}, not a "
+                                    f"{'whole number' if k in ('global_batch', 'seq_len') else 'number'}; "
+                                    "the log is damaged")
             continue
         m = _MEM.search(line)
         if m and memory is None:
@@ -874,6 +887,9 @@ def calibrate(inputs, plan=None, out=None, fixed: tuple = (), force: bool = Fals
 
 
 def calibration_text(cal: Calibration) -> str:
+    """What `planner calibrate` prints: one line per constant and per run (a file name's control
+    characters shown as '?', as names are elsewhere)."""
+    from .emit.shell import printable
     lines = ["constants (catalog -> calibrated):"]
     for c in CONSTANTS:
         lines.append(f"  {c.name:22s} {cal.prior[c.name]:.4g} -> {cal.constants[c.name]:.4g}")
@@ -882,7 +898,7 @@ def calibration_text(cal: Calibration) -> str:
         lines.append(f"  kept at the catalog value (no run's step time responds to it): {', '.join(kept)}")
     lines.append("step-time error per run (predicted / measured - 1):")
     for r, b, a in zip(cal.runs, cal.before, cal.after):
-        lines.append(f"  {shown_path(r.id)}: measured {r.measured_step_s * 1e3:.1f} ms, before {b * 100:+.1f}%, "
+        lines.append(f"  {printable(shown_path(r.id))}: measured {r.measured_step_s * 1e3:.1f} ms, before {b * 100:+.1f}%, "
                      f"after {a * 100:+.1f}%")
     lines.append(f"MAPE: before {_mape(cal.before) * 100:.1f}%, after {_mape(cal.after) * 100:.1f}%")
     return "\n".join(lines)

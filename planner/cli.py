@@ -9,7 +9,7 @@ import sys
 import click
 
 from .emit.shell import comment_text as one_line
-from .cli_common import ASCII_FLOAT, CLIError, run_command
+from .cli_common import ASCII_FLOAT, CLIError, Interrupted, run_command
 from .arguments import cli_token_budget
 from .serialise import to_json
 
@@ -23,6 +23,10 @@ class OneLineErrors(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise CLIError(exc.format_message().splitlines()[0] + _hint(exc)) from None
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            # Ctrl-C after a command's work (printing its result): click's 'Aborted!' and exit 1 said
+            # nothing; its files, if any, are already whole (written atomically)
+            raise Interrupted("interrupted; what was written, if anything, is whole") from None
 
 
 def _hint(exc) -> str:

@@ -48,6 +48,22 @@ def run_command(fn, *args, **kwargs):
         # what the file system refuses (a name too long, a folder that vanished) where no check of ours
         # ran first: one line naming the path and the reason
         raise CLIError(os_error_text(exc)) from None
+    except Exception as exc:
+        if _caused_by_interrupt(exc):
+            # Ctrl-C inside an import: Python wraps it (a class body's __set_name__ raising KeyboardInterrupt
+            # becomes a RuntimeError, matplotlib.ticker while report figures load)
+            raise Interrupted("interrupted; nothing was written") from None
+        raise
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def os_error_text(exc: OSError) -> str:

@@ -467,8 +467,10 @@ def _first_line(exc, url) -> str:
         password = _url_password(str(url))
         secrets = [password] if password else []
         if "?" in str(url):              # secret query values (password=...), as public_storage hides them
+            # and local paths (a Unix-socket folder, host=/var/run/...), which the driver repeats in
+            # its own message ('connection to server on socket "/var/run/.../.s.PGSQL.5432" failed')
             secrets += [v for k, v in parse_qsl(str(url).rsplit("?", 1)[1], keep_blank_values=True)
-                        if any(x in k.lower() for x in SECRET_KEYS)]
+                        if any(x in k.lower() for x in SECRET_KEYS) or v.startswith("/")]
         for secret in secrets:
             for shown in {secret, unquote(secret)}:
                 # a password under 3 characters is left: blanking it would also blank unrelated letters

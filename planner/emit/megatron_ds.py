@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodels.errors import SpecError
 from costmodels.types import GradComm, Layout, ModelSpec, Offload, Precision, Recompute
 
 # 2024-10-18, the parent of the FPDT change (676a482c), after which grouped-query attention and
@@ -56,7 +57,7 @@ def model_args(model: ModelSpec, seq_len: int, tp: int = 1) -> list[str]:
     if model.position == "rope":
         a += ["--use-rotary-position-embeddings"]
         if model.rope_theta != 10000.0:
-            a += ["--rotary-position-embeddings-theta", int(model.rope_theta)]
+            a += ["--rotary-position-embeddings-theta", rope_theta_arg(model)]
     if model.norm == "rmsnorm":
         a += ["--normalization", "rmsnorm"]
     if not model.bias:
@@ -107,11 +108,25 @@ def layout_args(layout: Layout) -> list[str]:
 DEFAULT_TRAIN_ITERS = 100_000     # without a token budget: a placeholder the report says to replace
 
 
+def rope_theta_arg(model: ModelSpec) -> int:
+    """The RoPE base as Megatron-DeepSpeed takes it: an integer (f4157bea megatron/arguments.py:635,
+    --rotary-position-embeddings-theta type=int). A fractional base would be cut silently, so it is
+    refused."""
+    if model.rope_theta != int(model.rope_theta):
+        raise SpecError(f"model '{model.name}': rope_theta {model.rope_theta!r} is not a whole number, and "
+                        "Megatron-DeepSpeed's --rotary-position-embeddings-theta takes an integer "
+                        "(arguments.py:635); round it in the model file")
+    return int(model.rope_theta)
+
+
 def lr_schedule(train_iters: int) -> dict:
     """The learning-rate schedule written into launch.sh: a common default for decoder LLMs (cosine
-    decay to a tenth, warm-up over 1% of the steps, at most 2,000), not tuned for the model."""
+    decay to a tenth, warm-up over 1% of the steps, at most 2,000), not tuned for the model. The warm-up
+    stays below the steps: Megatron-DeepSpeed asserts lr_warmup_steps < lr_decay_steps (f4157bea
+    megatron/optimizer_param_scheduler.py:30, both in samples, decay = train_iters), so a one-step job
+    has none."""
     return {"lr": "3.0e-4", "min_lr": "3.0e-5", "decay_style": "cosine",
-            "warmup_iters": min(2000, max(1, train_iters // 100)), "weight_decay": "0.1",
+            "warmup_iters": max(0, min(2000, max(1, train_iters // 100), train_iters - 1)), "weight_decay": "0.1",
             "adam_beta1": "0.9", "adam_beta2": "0.95"}
 
 
