@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from mds_log import mds_log  # noqa: E402
 from test_fuzz_round11 import one_error, run  # noqa: E402
+from test_fuzz_round16 import job  # noqa: E402,F401  (a planned 16-GPU job: its plan.json for the logs)
 
 from costmodels.catalog import load_model, model_from_dict
 from costmodels.errors import SpecError
@@ -77,15 +78,6 @@ def test_a_whole_rope_base_reaches_launch_sh(tmp_path):
 
 
 # ---- calibrate: a damaged field, a newline in a path ---------------------------------------------
-
-@pytest.fixture(scope="module")
-def job(tmp_path_factory):
-    out = tmp_path_factory.mktemp("r17") / "job"
-    r = run("plan", "--model", "gpt-1.7b", "--cluster", "H100-SXM", "--gpus", "16", "--global-batch", "64",
-            "--out", out, "-q")
-    assert r.exit_code == 0, r.output
-    return out
-
 
 def _write_log(job, folder: Path, text: str) -> Path:
     (folder / "probe").mkdir(parents=True, exist_ok=True)
