@@ -53,6 +53,8 @@ def main():
         raise SystemExit(2) from None
     finally:
         # the command is done (its files whole, its result or error printed): a Ctrl-C now would only
-        # kill the interpreter's shutdown by the signal, with nothing said
+        # kill the interpreter's shutdown by the signal, with nothing said. Ignored, not caught by a
+        # handler that does nothing: Python puts its handlers back to the default while it shuts down.
+        # (An ignored signal stays ignored in a process started from this one: none is, after this.)
         import signal
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -631,10 +631,15 @@ def test_an_output_write_error_is_one_line(monkeypatch, capsys):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    import signal
     monkeypatch.setattr(click, "echo", full)
     monkeypatch.setattr("sys.argv", ["planner", "catalog", "models"])
-    with pytest.raises(SystemExit) as exc:
-        planner_entry.main()
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            planner_entry.main()
+    finally:
+        signal.signal(signal.SIGINT, before)    # the entry leaves Ctrl-C to a no-op handler when done
     assert exc.value.code == 2
     assert capsys.readouterr().err.splitlines() == ["error: cannot write the output: No space left on device"]
 
