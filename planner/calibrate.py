@@ -196,18 +196,13 @@ _ITER = re.compile(r"iteration\s+([0-9]{1,15})/\s*([0-9]{1,15}) \|")
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\): (\S{1,40}) \|")
 _NUM_ONLY = re.compile(_NUM)
 MAX_LINE_CHARS = 1 << 16       # Megatron's lines are a few hundred characters; a longer one is not its
-_FIELD = {"global_batch": re.compile(r"global batch size:\s+([0-9]{1,15}) \|"),
-          "seq_len": re.compile(r"actual seqlen:\s+([0-9]{1,15}) \|"),
-          "samples_per_s": re.compile(r"samples per second: " + _NUM + r" \|"),
-          "tflops": re.compile(r"TFLOPs: " + _NUM + r" \|")}
+# (label as printed, its value's pattern)
+_FIELDS = {"global_batch": ("global batch size", r"\s+([0-9]{1,15})"), "seq_len": ("actual seqlen", r"\s+([0-9]{1,15})"),
+           "samples_per_s": ("samples per second", " " + _NUM), "tflops": ("TFLOPs", " " + _NUM)}
+_FIELD = {k: re.compile(label + ":" + value + r" \|") for k, (label, value) in _FIELDS.items()}
 # the same fields, whatever their value: a field that is printed but does not read as a number is damage,
 # not absence ('global batch size:  4096x |' was skipped, and the log fitted as if it had none)
-_FIELD_ANY = {"global_batch": re.compile(r"global batch size:([^|]{0,64})(?:\||$)"),
-              "seq_len": re.compile(r"actual seqlen:([^|]{0,64})(?:\||$)"),
-              "samples_per_s": re.compile(r"samples per second:([^|]{0,64})(?:\||$)"),
-              "tflops": re.compile(r"TFLOPs:([^|]{0,64})(?:\||$)")}
-_FIELD_NAME = {"global_batch": "global batch size", "seq_len": "actual seqlen",
-               "samples_per_s": "samples per second", "tflops": "TFLOPs"}
+_FIELD_ANY = {k: re.compile(label + r":([^|]{0,64})(?:\||$)") for k, (label, _) in _FIELDS.items()}
 # megatron/utils.py report_memory (lines 108-122)
 _MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: " + _NUM + r" \| "
                   r"reserved: " + _NUM + r" \| max reserved: " + _NUM)
@@ -310,7 +305,7 @@ def parse_log(path) -> LogRun:
                     fields.setdefault(k, []).append(float(f.group(1)))
                 elif (raw := _FIELD_ANY[k].search(line)) is not None:
                     value = raw.group(1).strip()[:40]
-                    raise SpecError(f"log '{path}', line {number}: {_FIELD_NAME[k]} is {value!r}, not a "
+                    raise SpecError(f"log '{path}', line {number}: {_FIELDS[k][0]} is {value!r}, not a "
                                     f"{'whole number' if k in ('global_batch', 'seq_len') else 'number'}; "
                                     "the log is damaged")
             continue

@@ -131,6 +131,11 @@ def _url_password(text: str) -> str | None:
 SECRET_KEYS = ("pass", "secret", "token", "key", "cert")
 
 
+def _hidden_query_value(key: str, value: str) -> bool:
+    """A storage URL's query value that no output shows: a secret (password=...) or a local path."""
+    return any(x in key.lower() for x in SECRET_KEYS) or value.startswith("/")
+
+
 def public_storage(url: str | None) -> str:
     """The storage as it may appear in outputs and messages: no password, no local path."""
     if not url:
@@ -148,7 +153,7 @@ def public_storage(url: str | None) -> str:
     head, _, query = rest.split("#", 1)[0].partition("?")
     if query:
         # a secret, or a local path (a Unix-socket folder, host=/var/run/postgresql): neither is shown
-        query = urlencode([(k, "***" if any(x in k.lower() for x in SECRET_KEYS) or v.startswith("/") else v)
+        query = urlencode([(k, "***" if _hidden_query_value(k, v) else v)
                            for k, v in parse_qsl(query, keep_blank_values=True)], safe="*")
         head = f"{head}?{query}"
     return f"{scheme}://{head}"
@@ -470,7 +475,7 @@ def _first_line(exc, url) -> str:
             # and local paths (a Unix-socket folder, host=/var/run/...), which the driver repeats in
             # its own message ('connection to server on socket "/var/run/.../.s.PGSQL.5432" failed')
             secrets += [v for k, v in parse_qsl(str(url).rsplit("?", 1)[1], keep_blank_values=True)
-                        if any(x in k.lower() for x in SECRET_KEYS) or v.startswith("/")]
+                        if _hidden_query_value(k, v)]
         for secret in secrets:
             for shown in {secret, unquote(secret)}:
                 # a password under 3 characters is left: blanking it would also blank unrelated letters
