@@ -117,6 +117,7 @@ def _check_yaml_shape(text: str, what: str, path) -> None:
     expanded, before building it (both cost time and memory out of proportion to the file)."""
     sizes: dict[str, int] = {}
     stack: list[list] = [[0, None]]
+    aliases = False
     for ev in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             stack.append([1, ev.anchor])
@@ -131,6 +132,7 @@ def _check_yaml_shape(text: str, what: str, path) -> None:
             if isinstance(ev, yaml.AliasEvent) and any(level[1] == ev.anchor for level in stack):
                 raise SpecError(f"{what} file '{path}': alias *{str(ev.anchor)[:40]} refers to the mapping or "
                                 "list that contains it (a recursive alias); write the values out")
+            aliases = aliases or isinstance(ev, yaml.AliasEvent)
             size = sizes.get(ev.anchor, 1) if isinstance(ev, yaml.AliasEvent) else 1
             if isinstance(ev, yaml.ScalarEvent) and ev.anchor:
                 sizes[ev.anchor] = 1
@@ -138,17 +140,23 @@ def _check_yaml_shape(text: str, what: str, path) -> None:
         else:
             continue
         if stack[-1][0] > MAX_NODES or sum(level[0] for level in stack) > MAX_NODES:
-            raise SpecError(f"{what} file '{path}' expands to more than {MAX_NODES:,} values (aliases); "
-                            "refusing it")
+            if aliases:
+                raise SpecError(f"{what} file '{path}' expands to more than {MAX_NODES:,} values through its "
+                                "aliases (*name); write the values out once each")
+            raise SpecError(f"{what} file '{path}' holds more than {MAX_NODES:,} values; a {what} file needs a "
+                            "few dozen: check that this is the right file")
 
 
 MAX_INPUT_INT = 10**18          # no count, size or rate an input states comes near (1 EiB is 1.2e18 B)
 
 
-def _check_values(data, what: str, path, where: str = "") -> None:
+def _check_values(data, what: str, path, where: str = "", depth: int = 0) -> None:
     """Every string of a parsed file must be Unicode text: a YAML or JSON escape such as \\ud800 gives a
     lone surrogate, which no file or terminal can encode (it would end the run in a traceback). Every
-    integer must be below MAX_INPUT_INT: larger ones overflow a float or a C long further on."""
+    integer must be below MAX_INPUT_INT: larger ones overflow a float or a C long further on. JSON is
+    held to the same MAX_NESTING as YAML (_check_yaml_shape)."""
+    if depth > MAX_NESTING:
+        raise SpecError(f"{what} file '{path}' is nested more than {MAX_NESTING} levels deep")
     if isinstance(data, int) and not isinstance(data, bool) and abs(data) >= MAX_INPUT_INT:
         digits = int(abs(data).bit_length() * 0.30103) + 1     # str() refuses more than 4,300 digits
         raise SpecError(f"{what} file '{path}'{where} holds a {digits}-digit integer, beyond "
@@ -159,11 +167,11 @@ def _check_values(data, what: str, path, where: str = "") -> None:
                             "which is not a character; write the text itself or drop the escape")
     elif isinstance(data, dict):
         for k, v in data.items():
-            _check_values(k, what, path, where)
-            _check_values(v, what, path, f" (key '{k}')" if isinstance(k, str) and not where else where)
+            _check_values(k, what, path, where, depth + 1)
+            _check_values(v, what, path, f" (key '{k}')" if isinstance(k, str) and not where else where, depth + 1)
     elif isinstance(data, list):
         for v in data:
-            _check_values(v, what, path, where)
+            _check_values(v, what, path, where, depth + 1)
 
 
 class _DuplicateKey(Exception):
@@ -336,8 +344,11 @@ def _lookup(kind: str, ref) -> dict:
     preset = canonical_name(kind, ref)
     if preset is not None:
         return copy.deepcopy(_parsed(kind, preset))
-    if kind == "model" and Path(ref).is_dir() and (Path(ref) / "config.json").is_file():
-        return read_yaml_file(str(Path(ref) / "config.json"), kind)     # a Hugging Face checkpoint folder
+    if kind == "model" and Path(ref).is_dir():
+        if (Path(ref) / "config.json").is_file():
+            return read_yaml_file(str(Path(ref) / "config.json"), kind)     # a Hugging Face checkpoint folder
+        raise SpecError(f"model folder '{ref}' has no config.json; give a model YAML file, or a "
+                        "Hugging Face checkpoint folder that holds its config.json")
     if _looks_like_path(ref) or Path(ref).exists():
         return _not_a_preset_name(kind, read_yaml_file(ref, kind), ref)
     raise UnknownPresetError(kind, ref, list(index))
@@ -577,7 +588,7 @@ def cluster_from_dict(d: dict, gpus_per_node: int | None = None) -> ClusterSpec:
     bw = lambda k, default, positive=True: _bandwidth(parse_quantity(system.get(k, default),  # noqa: E731
                                                                      what=f"cluster {k}", dim="bytes/s",
                                                                      positive=positive), k)
-    size = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}", dim="bytes")  # noqa: E731
+    size = lambda k, default: _node_storage(system.get(k, default), k)  # noqa: E731
     # a latency above 1 s or a link below 1 MB/s is no interconnect (and would overflow the step time)
     latency = lambda k, default: parse_quantity(system.get(k, default), what=f"cluster {k}", dim="s",  # noqa: E731
                                                 maximum=1.0)
@@ -611,8 +622,18 @@ def cluster_from_dict(d: dict, gpus_per_node: int | None = None) -> ClusterSpec:
     )
 
 
+MAX_NODE_STORAGE_BYTES = 2.0**50   # 1 PiB of host memory or NVMe per node: no server comes near
 MIN_EFFICIENCY = 0.01              # a fitted or given efficiency below 1% is no GPU or link
 MIN_CPU_ADAM_PARAMS_PER_S = 1.0e6  # DeepSpeed's CPU Adam runs about 1e9 parameters per second per node
+
+
+def _node_storage(value, key: str) -> float:
+    """Host memory or NVMe of one node, in bytes: at most MAX_NODE_STORAGE_BYTES."""
+    nbytes = parse_quantity(value, what=f"cluster {key}", dim="bytes")
+    if nbytes > MAX_NODE_STORAGE_BYTES:
+        raise SpecError(f"cluster {key}: {value!r} per node is above 1 PiB, more than any server holds (a GB200 "
+                        "NVL72 rack has 17 TB of host memory); check the value and unit (e.g. '2 TiB')")
+    return nbytes
 
 
 def _nvme_bandwidth(nvme_bytes: float, bytes_per_s: float) -> float:
@@ -751,7 +772,8 @@ def hf_model_type(d: dict) -> str:
     """The config.json's model family: model_type, else its class name (architectures[0]); refused
     unless the reader interprets that family (_HF_TYPES)."""
     if "model_type" in d:
-        mt = str(d["model_type"]).lower()
+        written = str(d["model_type"])
+        mt = written.lower()
     else:
         arch = d.get("architectures")
         first = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else None
@@ -763,7 +785,7 @@ def hf_model_type(d: dict) -> str:
     if mt not in _HF_TYPES:
         why = ("ALiBi positions" if mt in ("bloom", "mpt") or d.get("alibi") is True
                else "multi-query attention" if d.get("multi_query") is True else "its layers")
-        raise SpecError(f"config.json: model_type {mt[:40]!r} is not a family the planner reads ({why} would be "
+        raise SpecError(f"config.json: model_type {written[:40]!r} is not a family the planner reads ({why} would be "
                         f"misread); it reads {', '.join(sorted(_HF_TYPES))}: describe the model in a YAML file "
                         "(num_layers, hidden_size, num_attention_heads, num_kv_heads, ...) instead")
     return mt

@@ -22,6 +22,10 @@ def _resolved(out, kind: str) -> tuple[Path, Path]:
         raise SpecError(f"--out needs a {kind} name, got an empty string")
     if "\0" in str(out):
         raise SpecError("--out contains a NUL character")
+    if any("\udc80" <= c <= "\udcff" for c in str(out)):     # os.fsdecode's escapes of undecodable bytes
+        shown = os.fsencode(str(out))[:60].decode("utf-8", "backslashreplace")
+        raise SpecError(f"--out '{shown}' is not UTF-8 text (a byte such as 0xff from another encoding); "
+                        "give a name in UTF-8")
     if any(not c.isprintable() for c in str(out)):
         raise SpecError(f"--out {str(out)[:60]!r} contains a control character (a newline, a tab, an escape); "
                         "give a name of printable characters")

@@ -24,6 +24,18 @@ SOURCES = [
 ]
 
 
+_MARKDOWN_PUNCTUATION = set("\\`*_[]()#|!{}~")
+_HTML_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def markdown_text(text) -> str:
+    """A user's name (model, GPU) as literal Markdown text on one line: HTML's `<`, `>`, `&` as
+    entities (a renderer that passes HTML through would run `<img onerror=...>`), Markdown's
+    punctuation backslash-escaped (CommonMark 0.31 §2.4), so `[x](javascript:...)` is no link."""
+    return "".join(_HTML_ENTITIES.get(c) or ("\\" + c if c in _MARKDOWN_PUNCTUATION else c)
+                   for c in one_line(text))
+
+
 def _fig_bytes(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
@@ -169,7 +181,7 @@ def _layout_text(l: dict) -> str:
 def render_report(data: dict, figures: dict) -> str:
     inp = data["inputs"]
     m, c, est, l = inp["model"], inp["cluster"], data["estimate"], data["layout"]
-    lines = [f"# Training plan: {one_line(m['name'])} on {c['num_gpus']} x {one_line(c['gpu'])}", ""]
+    lines = [f"# Training plan: {markdown_text(m['name'])} on {c['num_gpus']} x {markdown_text(c['gpu'])}", ""]
     lines.append(f"Framework: **{inp['framework']}**. Model: {m['total_params'] / 1e9:.2f}B parameters, "
                  f"{m['num_layers']} layers, hidden {m['hidden']}, {m['num_heads']} heads "
                  f"({m['num_kv_heads']} key/value), vocabulary {m['vocab']}.")

@@ -1004,4 +1004,4 @@ def test_a_checkpoint_folder_holding_config_json_is_read(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     r = CliRunner().invoke(main, ["plan", "--model", str(empty), "--cluster", "H100-SXM", "--gpus", "8"])
-    assert r.exit_code == 2 and "is a directory" in r.stderr
+    assert r.exit_code == 2 and "has no config.json" in r.stderr

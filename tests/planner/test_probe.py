@@ -144,5 +144,5 @@ def test_hostile_names_stay_on_one_printable_line_in_text_and_report(probed):
     first = plan_text(result).splitlines()[0]
     assert first.startswith("m?# injected?[2J on ") and "g?pu" in first
     report = render_files(result)["report.md"].decode()
-    assert report.splitlines()[0] == f"# Training plan: m?# injected?[2J on {base.cluster.num_gpus} x g?pu"
+    assert report.splitlines()[0] == f"# Training plan: m?\\# injected?\\[2J on {base.cluster.num_gpus} x g?pu"
     assert "\x1b" not in report and "\n# injected" not in report
