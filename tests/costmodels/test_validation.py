@@ -186,6 +186,19 @@ def test_heldout_records_take_what_their_own_sources_state():
     assert runs["torchtitan-202412-t4-70b-2d-asynctp-256gpu"]["parallel"]["tp_comm_overlap"] is False
 
 
+def test_heldout_a100_40gb_runs_are_estimated_on_the_40gb_part():
+    """The loader read every 'A100*' GPU as the 80 GB part: GLM-130B (96 DGX-A100 8x40G, arXiv:2210.02414
+    §2.3) and BloombergGPT (p4d, 40 GB A100, arXiv:2303.17564 §3.3) would have had 40 GiB more memory.
+    BloombergGPT's SageMaker sharded data parallelism is ZeRO-3 (§3.4): the DeepSpeed profile at ZeRO-3."""
+    from benchmarks.heldout import load_heldout
+    runs = {r.id: r.case for r in load_heldout()}
+    forty = [k for k in runs if k.startswith(("glm130b", "bloomberggpt"))]
+    assert len(forty) == 3 and {runs[k]["cluster"]["gpu"] for k in forty} == {"A100-40GB"}
+    bb = runs["bloomberggpt-50b-512gpu-zero3"]
+    assert (bb["framework"], bb["parallel"]["zero_stage"]) == ("megatron-deepspeed", 3)
+    assert {runs[k]["cluster"]["gpu"] for k in runs if k.startswith("mtnlg530b")} == {"A100-80GB"}
+
+
 def test_vtrain_single_node_times_are_assembled_with_a_small_per_step_constant(validation_dir):
     """vTrain's single-node 'measured' times are exactly linear in layers and micro-batches within each
     (hidden, tp, micro-batch, pp, dp) group, and the per-step constant they carry is a few ms: far below
