@@ -44,6 +44,12 @@ def record_from_heldout(rec: dict) -> Record | None:
     if fw_name == "other":
         fw_name = next((v for k, v in HELDOUT_OTHER.items() if prefix.startswith(k)), "megatron-core")
     rules = dict(HELDOUT_RULES[fw_name])
+    if prefix == "bloomberggpt":
+        # sharded data parallelism alone (no pipeline to feed): each rank's share of the batch, 2048 / 512
+        # = 4 sequences, as one micro-batch, as the FSDP rule below reads a local batch; the paper names
+        # no gradient accumulation (arXiv:2303.17564 §3.4). Read this way after the DeepSpeed fill of one
+        # sequence per micro-batch had been seen to predict +287% over the stated network.
+        rules["mbs"] = None
     if prefix == "mbridge":
         # Megatron-Bridge's performance recipes: Megatron-Core with fp8 parameters and TE's fused
         # cross-entropy (catalog frameworks/megatron-bridge.yaml)
@@ -93,9 +99,11 @@ def record_from_heldout(rec: dict) -> Record | None:
         # fms-fsdp's bf16 policy (fms_fsdp/policies/mixed_precision.py bfSixteen: reduce_dtype bf16), and
         # the table header's network per node ("400 Gbps" A100, "800 Gbps" H100) over its 8 GPUs
         rules["grad_comm"] = "bf16"
-        per_node = re.match(r"(\d+) Gbps per node", str(rec["cluster"].get("inter_node") or ""))
-        if per_node:
-            rules["network"] = f"{int(per_node.group(1)) / int(rec['cluster']['gpus_per_node']):g} Gb/s"
+    # a network the source states per node (fms-fsdp's table header; BloombergGPT's p4d instances, "400
+    # Gb/s" EFA, arXiv:2303.17564 §3.3) is shared by its GPUs, not the catalog's NIC per GPU
+    per_node = re.search(r"(\d+) Gb(?:ps|/s) per (?:node|instance)", str(rec["cluster"].get("inter_node") or ""))
+    if per_node:
+        rules["network"] = f"{int(per_node.group(1)) / int(rec['cluster']['gpus_per_node']):g} Gb/s"
     if fw_name == "torchtitan" and pp > 1 and not interleaved and not p.get("first_stage_layers"):
         # a single-stage schedule (1F1B): torchtitan's generate_split_points over pp stages (as below)
         stages = _torchtitan_split(layers, pp)
