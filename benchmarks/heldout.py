@@ -96,11 +96,11 @@ def record_from_heldout(rec: dict) -> Record | None:
         # to be done in fp32"); that commit has no --grad-reduce-in-bf16
         rules["grad_comm"] = "fp32"
     elif prefix == "fms":
-        # fms-fsdp's bf16 policy (fms_fsdp/policies/mixed_precision.py bfSixteen: reduce_dtype bf16), and
-        # the table header's network per node ("400 Gbps" A100, "800 Gbps" H100) over its 8 GPUs
+        # fms-fsdp's bf16 policy (fms_fsdp/policies/mixed_precision.py bfSixteen: reduce_dtype bf16)
         rules["grad_comm"] = "bf16"
-    # a network the source states per node (fms-fsdp's table header; BloombergGPT's p4d instances, "400
-    # Gb/s" EFA, arXiv:2303.17564 §3.3) is shared by its GPUs, not the catalog's NIC per GPU
+    # a network the source states per node (fms-fsdp's table header, "400 Gbps" A100 and "800 Gbps" H100;
+    # BloombergGPT's p4d instances, "400 Gb/s" EFA, arXiv:2303.17564 §3.3) is shared by its GPUs, not
+    # the catalog's NIC per GPU
     per_node = re.search(r"(\d+) Gb(?:ps|/s) per (?:node|instance)", str(rec["cluster"].get("inter_node") or ""))
     if per_node:
         rules["network"] = f"{int(per_node.group(1)) / int(rec['cluster']['gpus_per_node']):g} Gb/s"
