@@ -81,7 +81,10 @@ def layout_args(layout: Layout) -> list[str]:
     if l.sequence_parallel and l.tp > 1:
         a += ["--sequence-parallel"]
     if l.flash_attention:
-        a += ["--use-flash-attn-v2"]
+        # FlashAttention replaces the softmax, so Megatron's fused softmax kernels are never called; left on,
+        # they are JIT-compiled at start (initialize.py:_compile_dependencies -> fused_kernels.load, with
+        # -gencode for sm_70, which CUDA 13's nvcc no longer builds: the job then fails to start).
+        a += ["--use-flash-attn-v2", "--no-masked-softmax-fusion"]
     else:
         a += ["--attention-softmax-in-fp32"]
     if l.recompute is Recompute.FULL:
@@ -98,6 +101,10 @@ def layout_args(layout: Layout) -> list[str]:
         a += ["--fp16"]
     elif l.precision is Precision.FP8:
         a += ["--bf16", "--fp8-hybrid", "--transformer-impl", "transformer_engine"]
+    # Megatron's gradient-accumulation fusion is a no-op at the pinned commit (the fused weight-gradient
+    # GEMM is commented out, core/tensor_parallel/layers.py:360-368), yet left on it makes every linear
+    # layer require apex's fused_weight_gradient_mlp_cuda extension (layers.py:592-600) or the job stops.
+    a += ["--no-gradient-accumulation-fusion"]
     if l.offload_optimizer is not Offload.NONE:
         a += ["--cpu-optimizer"]               # DeepSpeedCPUAdam, needed for ZeRO-Offload (engine.py:1298)
     if l.offload_params is not Offload.NONE:

@@ -102,6 +102,8 @@ def launch_script(result, job: Job, launcher: str) -> str:
 #   git -C "$MEGATRON_DS_DIR" checkout {MEGATRON_DEEPSPEED_COMMIT[:8]}
 #   pip install "deepspeed=={DEEPSPEED_TESTED}" "flash-attn>=2,<3" einops transformers sentencepiece
 # Usage: edit the paths below (or export them), then run this script on the first node.
+#        Arguments given to this script go to pretrain_gpt.py after the planned ones, and the last of a
+#        repeated flag wins: ./launch.sh --log-interval 1 --save '' (no checkpoint) changes only those.
 #        LAUNCHER=torchrun runs it with torchrun instead: run it on every node with NODE_RANK set
 #        and MASTER_ADDR set to the first node's address.
 set -euo pipefail
@@ -118,10 +120,10 @@ ARGS=(
 if [ "$LAUNCHER" = torchrun ]; then
   exec torchrun --nproc_per_node "$GPUS_PER_NODE" --nnodes "$NODES" --node_rank "${{NODE_RANK:-0}}" \\
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\
-    "$MEGATRON_DS_DIR/pretrain_gpt.py" "${{ARGS[@]}}"
+    "$MEGATRON_DS_DIR/pretrain_gpt.py" "${{ARGS[@]}}" "$@"
 else
   exec {_deepspeed_launch(nodes)} \\
-    "$MEGATRON_DS_DIR/pretrain_gpt.py" "${{ARGS[@]}}"
+    "$MEGATRON_DS_DIR/pretrain_gpt.py" "${{ARGS[@]}}" "$@"
 fi
 """
 
