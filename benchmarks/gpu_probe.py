@@ -109,7 +109,8 @@ def _pack(out: Path, logs: Path) -> None:
     tmp.replace(out / "logs.tar.gz")
 
 
-def run(jobs: Path, out: Path, data: Path, budget_s: float, skip: set[str], per_job_s: float) -> None:
+def run(jobs: Path, out: Path, data: Path, budget_s: float, skip: set[str], per_job_s: float,
+        only: list[str], launcher: str) -> None:
     start = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     logs = out / "logs_dir"
@@ -121,7 +122,7 @@ def run(jobs: Path, out: Path, data: Path, budget_s: float, skip: set[str], per_
         subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "make_data.py"), str(megatron), str(data)],
                        check=True, stdout=subprocess.DEVNULL)
         print(f"data made in {time.monotonic() - t:.0f} s", flush=True)
-    names = json.loads((jobs / "manifest.json").read_text())["layouts"]
+    names = only or json.loads((jobs / "manifest.json").read_text())["layouts"]
     for i, name in enumerate(names):
         if name in skip:
             continue
@@ -135,7 +136,7 @@ def run(jobs: Path, out: Path, data: Path, budget_s: float, skip: set[str], per_
         ckpt.mkdir(parents=True)
         env = dict(os.environ, DATA_PATH=str(data / "corpus_text_document"),
                    TOKENIZER_MODEL=str(data / "tokenizer.model"), CHECKPOINT_PATH=str(ckpt),
-                   MASTER_PORT=str(29500 + i), GPU_PROBE_REPORT="1")
+                   MASTER_PORT=str(29500 + i), GPU_PROBE_REPORT="1", LAUNCHER=launcher)
         extra = ["--log-interval", "1"] + ([] if name in SAVE_CHECKPOINT else ["--save", ""])
         log = logs / f"{name}.log"
         t = time.monotonic()
@@ -151,7 +152,8 @@ def run(jobs: Path, out: Path, data: Path, budget_s: float, skip: set[str], per_
         wall = time.monotonic() - t
         saved = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
         shutil.rmtree(ckpt, ignore_errors=True)
-        rec = {"name": name, "rc": rc, "wall_s": round(wall, 1), "checkpoint_bytes": saved, "extra_args": extra}
+        rec = {"name": name, "rc": rc, "wall_s": round(wall, 1), "checkpoint_bytes": saved, "extra_args": extra,
+               "launcher": launcher}
         with (out / "results.jsonl").open("a") as f:
             f.write(json.dumps(rec) + "\n")
         _pack(out, logs)
@@ -164,12 +166,14 @@ def _gib(mb) -> float | None:
 
 
 def _hook_memory(text: str) -> dict:
-    """The probe hook's line (benchmarks/gpu/probe_hook/sitecustomize.py): the process's peaks at exit."""
+    """The probe hook's lines (benchmarks/gpu/probe_hook/sitecustomize.py): each process's peaks at exit;
+    the launcher's processes print zeros, the training process its peaks, so the largest is taken."""
     found = {}
     for line in text.splitlines():
         if line.startswith("gpu_probe_memory "):
-            found = dict(kv.split("=", 1) for kv in line.split()[1:])
-    return {k: int(v) for k, v in found.items()}
+            for k, v in (kv.split("=", 1) for kv in line.split()[1:]):
+                found[k] = max(found.get(k, 0), int(v))
+    return found if any(found.values()) else {}
 
 
 def record(outs: list[Path], jobs: Path, dest: Path) -> dict:
@@ -196,10 +200,11 @@ def record(outs: list[Path], jobs: Path, dest: Path) -> dict:
         p = json.loads((jobs / name / "plan.json").read_text())
         est = p["estimate"]
         log = logs_of[name]
-        run_ = {"name": name, "layout": {"zero_stage": spec[1], "recompute": spec[2], "micro_batch": spec[3],
-                                         "seq_len": spec[4], "global_batch": p["layout"]["global_batch"],
-                                         "precision": "bf16", "flash_attention": True, "tp": 1, "pp": 1, "dp": 1},
-                "launch": {"extra_args": rec["extra_args"], "exit_code": rec["rc"], "wall_s": rec["wall_s"],
+        assert (p["layout"]["zero_stage"], p["layout"]["micro_batch"], p["layout"]["seq_len"]) == \
+            (spec[1], spec[3], spec[4]), name
+        run_ = {"name": name, "layout": p["layout"],
+                "launch": {"launcher": rec.get("launcher", "deepspeed"), "extra_args": rec["extra_args"],
+                           "exit_code": rec["rc"], "wall_s": rec["wall_s"],
                            "checkpoint_bytes": rec["checkpoint_bytes"]},
                 "predicted": {"step_time_s": round(est["step_time_s"], 4),
                               "peak_memory_gib": round(est["peak_memory_gib"], 3),
@@ -209,11 +214,13 @@ def record(outs: list[Path], jobs: Path, dest: Path) -> dict:
         hook = _hook_memory(text)
         try:
             lr = parse_log(log)
-        except Exception as exc:          # a job that did not train: its error is the record
+        except Exception as exc:          # a job that did not finish: what it logged is the record
             run_["measured"] = None
             run_["error"] = " ".join(str(exc).split())[:300]
-            tail = [l for l in text.splitlines() if "Error" in l or "error" in l][-3:]
-            run_["log_tail"] = tail
+            seen = [float(l.split("elapsed time per iteration (ms): ")[1].split()[0]) / 1e3
+                    for l in text.splitlines() if "elapsed time per iteration (ms): " in l]
+            if len(seen) > 2:
+                run_["partial"] = {"iterations": len(seen), "median_after_2_s": round(statistics.median(seen[2:]), 4)}
             runs.append(run_)
             continue
         times = [ms / 1e3 for _, ms in lr.iterations]
@@ -236,7 +243,8 @@ def record(outs: list[Path], jobs: Path, dest: Path) -> dict:
                    "measured step time and memory next to the prediction in each job's plan.json (issue 10).",
            "reproduce": "python benchmarks/gpu_probe.py plan; scripts/gpu_probe.sh OUT (on the GPU machine); "
                         "python benchmarks/gpu_probe.py record OUT",
-           "model": "benchmarks/gpu/tinyllama-1.1b.yaml", "planned_as": GPU, "iterations": ITERATIONS,
+           "model": "benchmarks/gpu/tinyllama-1.1b.yaml", "cluster": {"gpu": GPU, "num_gpus": 1},
+           "framework": "megatron-deepspeed", "iterations": ITERATIONS,
            "step_time": f"median of the last {STEADY} of {ITERATIONS} iteration times (Megatron's 'elapsed time "
                         "per iteration', --log-interval 1)",
            "memory": "torch.cuda.max_memory_allocated / max_memory_reserved of the training process at exit "
@@ -280,6 +288,9 @@ def main(argv=None) -> None:
     r.add_argument("--budget-s", type=float, default=540)
     r.add_argument("--per-job-s", type=float, default=240)
     r.add_argument("--skip", default="", help="comma-separated layout names already measured")
+    r.add_argument("--only", default="", help="comma-separated layout names to run, in this order")
+    r.add_argument("--launcher", default="deepspeed", choices=["deepspeed", "torchrun"],
+                   help="launch.sh's LAUNCHER (both are emitted)")
     c = sub.add_parser("record")
     c.add_argument("outs", type=Path, nargs="+", help="the OUT folders of `run`")
     c.add_argument("--jobs", type=Path, default=ROOT / ".gpu" / "jobs")
@@ -288,7 +299,8 @@ def main(argv=None) -> None:
     if args.cmd == "plan":
         plan(args.jobs)
     elif args.cmd == "run":
-        run(args.jobs, args.out, args.data, args.budget_s, {s for s in args.skip.split(",") if s}, args.per_job_s)
+        run(args.jobs, args.out, args.data, args.budget_s, {s for s in args.skip.split(",") if s}, args.per_job_s,
+            [s for s in args.only.split(",") if s], args.launcher)
     else:
         record(args.outs, args.jobs, args.dest)
 

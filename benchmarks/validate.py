@@ -8,6 +8,8 @@ Three figures per source, side by side:
   * in-sample: the catalog's constants, fitted on all sources (the figure a fit flatters).
   * held-out: benchmarks/data/heldout_runs.yaml, published runs that no fit ever sees, predicted
     with the catalog's constants and each run's framework profile.
+  * the planner's own jobs: benchmarks/data/gpu_runs.yaml, its emitted launch.sh trained on one H100
+    (benchmarks/gpu_probe.py), predicted again with the catalog's constants; never fitted.
 Memory: the readings that hold the allocator's cache, leave-one-source-out (benchmarks/fit.py fits the
 allocator's overhead on them) beside in-sample; and every memory error where measured, published runs
 predicted not to fit, same-model pair order.
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from gpu_runs import load_gpu_runs  # noqa: E402
 from heldout import load_heldout  # noqa: E402
 from planner.validation import TARGETS, evaluate, format_table, load_records, summarize  # noqa: E402
 
@@ -70,6 +73,23 @@ def memory_out_of_sample(records, report):
     print(f"{'source':16s} {'runs':>5s} {'LOSO':>7s} {'in-sample':>10s}")
     for s, n in mem["runs"].items():
         print(f"{s:16s} {n:5d} {mem['loso'][s] * 100:6.1f}% {mem['in_sample'][s] * 100:9.1f}%")
+
+
+def gpu_runs_section(report):
+    """The planner's own jobs trained on a GPU: measured beside predicted, step time and allocated memory."""
+    runs = evaluate(load_gpu_runs())
+    print()
+    print("the planner's own jobs trained on one H100 (benchmarks/data/gpu_runs.yaml; never fitted):")
+    print(f"{'run':34s} {'measured s':>10s} {'predicted s':>11s} {'error':>7s}   allocated GiB (measured / predicted)")
+    for r in runs:
+        print(f"{r.record.id[:34]:34s} {r.record.measured_step_s:10.4g} {r.predicted_step_s:11.4g} "
+              f"{r.step_error * 100:+6.1f}%   {r.record.measured_memory_gib:5.1f} / {r.predicted_memory_gib:5.1f} "
+              f"{r.memory_error * 100:+6.1f}%")
+    step = [abs(r.step_error) for r in runs]
+    mem = [r.memory_error for r in runs]
+    report["gpu_runs"] = {r.record.id: {"step_error": r.step_error, "memory_error": r.memory_error} for r in runs}
+    print(f"  {len(runs)} runs: step time MAPE {np.mean(step) * 100:.1f}% (worst {max(step) * 100:.1f}%), "
+          f"allocated memory MAPE {np.mean(np.abs(mem)) * 100:.1f}% (worst {max(mem, key=abs) * 100:+.1f}%)")
 
 
 def mape(rows):
@@ -151,6 +171,8 @@ def main(argv=None):
     if hm:
         print(f"  held-out memory: {len(hm)} runs, MAPE {np.mean(np.abs(hm)) * 100:.1f}%, "
               f"worst {max(hm, key=abs) * 100:+.1f}%")
+
+    gpu_runs_section(report)
 
     print()
     checks = {}
