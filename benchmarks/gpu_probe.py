@@ -176,7 +176,32 @@ def _hook_memory(text: str) -> dict:
     return found if any(found.values()) else {}
 
 
-def record(outs: list[Path], jobs: Path, dest: Path) -> dict:
+def utilisation(out: Path) -> dict:
+    """A `run` folder that also holds `nvidia-smi dmon -s u -d 1` output (dmon_final.txt): the GPU's busy
+    share each second (utilization.gpu: the time some kernel ran) while its job trained, beside the
+    iteration times it logged. The training seconds are those from the first reading of 20% or more to
+    the last (start-up reads 0-9%, idle 0%); every reading is kept beside them."""
+    work = out / "unpacked"
+    shutil.rmtree(work, ignore_errors=True)
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        tar.extractall(work, filter="data")
+    rec = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    text = (work / "logs" / f"{rec['name']}.log").read_text(errors="replace")
+    times = [float(l.split("elapsed time per iteration (ms): ")[1].split()[0]) / 1e3
+             for l in text.splitlines() if "elapsed time per iteration (ms): " in l]
+    every = [int(l.split()[1]) for l in (out / "dmon_final.txt").read_text().splitlines()
+             if l.strip() and not l.startswith("#")]
+    first = next((i for i, b in enumerate(every) if b >= 20), len(every))
+    last = max((i for i, b in enumerate(every) if b >= 20), default=first - 1)
+    busy = every[first:last + 1]
+    return {"run": rec["name"], "launcher": rec.get("launcher"), "exit_code": rec["rc"],
+            "iterations_logged": len(times), "iteration_times_s": [round(t, 3) for t in times],
+            "tool": "nvidia-smi dmon -s u -d 1 (sm: percent of each second some kernel ran)",
+            "gpu_busy_pct_each_second": every, "training_seconds": [first, last + 1],
+            "gpu_busy_pct_median_while_training": statistics.median(busy) if busy else None}
+
+
+def record(outs: list[Path], jobs: Path, dest: Path, utilisation_of: list[Path] = ()) -> dict:
     """Each OUT folder of a `run` (results.jsonl, logs.tar.gz, environment.json); a layout measured in
     several is taken from the last."""
     sys.path.insert(0, str(ROOT))
@@ -255,6 +280,8 @@ def record(outs: list[Path], jobs: Path, dest: Path) -> dict:
            "environment": env,
            "substitutions": SUBSTITUTIONS,
            "runs": runs}
+    if utilisation_of:
+        doc["utilisation"] = [utilisation(u) for u in utilisation_of]
     import yaml
     tmp = dest.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump(doc, sort_keys=False, width=110, allow_unicode=True))
@@ -295,6 +322,8 @@ def main(argv=None) -> None:
     c.add_argument("outs", type=Path, nargs="+", help="the OUT folders of `run`")
     c.add_argument("--jobs", type=Path, default=ROOT / ".gpu" / "jobs")
     c.add_argument("--dest", type=Path, default=ROOT / "benchmarks" / "data" / "gpu_runs.yaml")
+    c.add_argument("--utilisation", type=Path, action="append", default=[],
+                   help="a run folder with nvidia-smi dmon output (dmon_final.txt) of one job's re-run")
     args = ap.parse_args(argv)
     if args.cmd == "plan":
         plan(args.jobs)
@@ -302,7 +331,7 @@ def main(argv=None) -> None:
         run(args.jobs, args.out, args.data, args.budget_s, {s for s in args.skip.split(",") if s}, args.per_job_s,
             [s for s in args.only.split(",") if s], args.launcher)
     else:
-        record(args.outs, args.jobs, args.dest)
+        record(args.outs, args.jobs, args.dest, args.utilisation)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,59 @@
+"""The planner's own jobs trained on an H100 (benchmarks/data/gpu_runs.yaml, issue 10): the record holds
+what the issue asks for, and benchmarks/validate.py can predict every run again."""
+import re
+
+import pytest
+import yaml
+
+from benchmarks.gpu_probe import LAYOUTS, _hook_memory
+from benchmarks.gpu_runs import GPU_RUNS_FILE, load_gpu_runs
+from planner.emit.megatron_ds import DEEPSPEED_TESTED, MEGATRON_DEEPSPEED_COMMIT
+from planner.validation import evaluate
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return yaml.safe_load(GPU_RUNS_FILE.read_text())
+
+
+def test_the_record_names_commit_versions_and_gpu(doc):
+    assert re.fullmatch(r"[0-9a-f]{40}", doc["commit"]) and doc["commit_dirty"] is False
+    assert doc["megatron_deepspeed_commit"] == MEGATRON_DEEPSPEED_COMMIT
+    env = doc["environment"]
+    assert env["deepspeed"].startswith(DEEPSPEED_TESTED)
+    assert "H100" in env["gpu"] and env["torch"] and env["cuda"] and env["driver"]
+    assert {s["replaced"].split()[0] for s in doc["substitutions"]} >= {"NVIDIA", "apex", "flash-attn"}
+
+
+def test_every_layout_ran_and_every_finished_run_has_measured_and_predicted(doc):
+    names = [r["name"] for r in doc["runs"]]
+    assert names == [l[0] for l in LAYOUTS]                       # all 14 planned layouts, in order
+    finished = [r for r in doc["runs"] if r["measured"]]
+    assert len(finished) >= 13
+    for r in finished:
+        m, p = r["measured"], r["predicted"]
+        assert r["launch"]["exit_code"] == 0 and m["iterations"] == doc["iterations"] == 30
+        assert m["step_time_spread_s"][0] <= m["step_time_s"] <= m["step_time_spread_s"][1]
+        assert 0 < m["max_allocated_gib"] <= m["max_reserved_gib"] < 80
+        assert p["step_time_s"] > 0 and p["peak_memory_gib"] > p["allocated_gib"] > 0
+        assert r["layout"]["zero_stage"] == int(r["name"][1])       # the layout the name says
+    for r in doc["runs"]:
+        if not r["measured"]:
+            assert r["partial"]["iterations"] < 30 and "truncated" in r["error"]
+
+
+def test_validate_predicts_every_finished_run_again():
+    results = evaluate(load_gpu_runs())
+    assert len(results) >= 13
+    for r in results:
+        assert r.fits and r.predicted_step_s > 0 and r.predicted_memory_gib > 0
+        assert r.record.memory_method == "allocated"
+
+
+def test_memory_hook_takes_the_training_process_not_the_launchers():
+    # the launcher's processes print zeros after the training process (the first run kept the zeros)
+    text = ("gpu_probe_memory max_allocated=31178710016 max_reserved=31606177792\n"
+            "gpu_probe_memory max_allocated=0 max_reserved=0\n"
+            "gpu_probe_memory max_allocated=0 max_reserved=0\n")
+    assert _hook_memory(text) == {"max_allocated": 31178710016, "max_reserved": 31606177792}
+    assert _hook_memory("gpu_probe_memory max_allocated=0 max_reserved=0\n") == {}
