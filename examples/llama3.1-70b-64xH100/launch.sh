@@ -11,6 +11,8 @@
 #   git -C "$MEGATRON_DS_DIR" checkout 6acc370a
 #   pip install "deepspeed==0.16.2" "flash-attn>=2,<3" einops transformers sentencepiece
 # Usage: edit the paths below (or export them), then run this script on the first node.
+#        Arguments given to this script go to pretrain_gpt.py after the planned ones, and the last of a
+#        repeated flag wins: ./launch.sh --log-interval 1 --save '' (no checkpoint) changes only those.
 #        LAUNCHER=torchrun runs it with torchrun instead: run it on every node with NODE_RANK set
 #        and MASTER_ADDR set to the first node's address.
 set -euo pipefail
@@ -62,9 +64,11 @@ ARGS=(
   --micro-batch-size 1
   --global-batch-size 512
   --use-flash-attn-v2
+  --no-masked-softmax-fusion
   --checkpoint-activations
   --checkpoint-num-layers 1
   --bf16
+  --no-gradient-accumulation-fusion
   --train-iters 100000
   --lr 3.0e-4
   --min-lr 3.0e-5
@@ -94,8 +98,8 @@ ARGS=(
 if [ "$LAUNCHER" = torchrun ]; then
   exec torchrun --nproc_per_node "$GPUS_PER_NODE" --nnodes "$NODES" --node_rank "${NODE_RANK:-0}" \
     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
-    "$MEGATRON_DS_DIR/pretrain_gpt.py" "${ARGS[@]}"
+    "$MEGATRON_DS_DIR/pretrain_gpt.py" "${ARGS[@]}" "$@"
 else
   exec deepspeed --hostfile "$SCRIPT_DIR/hostfile" --num_nodes "$NODES" --num_gpus "$GPUS_PER_NODE" --master_port "$MASTER_PORT" \
-    "$MEGATRON_DS_DIR/pretrain_gpt.py" "${ARGS[@]}"
+    "$MEGATRON_DS_DIR/pretrain_gpt.py" "${ARGS[@]}" "$@"
 fi
