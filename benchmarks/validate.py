@@ -30,7 +30,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu_runs import load_gpu_runs  # noqa: E402
 from heldout import load_heldout  # noqa: E402
-from planner.validation import TARGETS, evaluate, format_table, load_records, summarize  # noqa: E402
+from costmodels import bands  # noqa: E402
+from costmodels.estimate import estimate  # noqa: E402
+from planner.validation import TARGETS, cases, evaluate, format_table, load_records, summarize  # noqa: E402
 
 LOSO_TARGETS = {"mean_of_sources": 0.07, "per_source": 0.12}
 
@@ -87,8 +89,17 @@ def gpu_runs_section(report):
               f"{r.memory_error * 100:+6.1f}%")
     step = [abs(r.step_error) for r in runs]
     mem = [r.memory_error for r in runs]
+    table = bands.load_bands()
+    inside = 0
+    for r in runs:
+        case = cases([r.record])[0]
+        band = bands.step_time_band(case.model, case.cluster, case.framework, case.layout,
+                                    estimate(case.model, case.cluster, case.framework, case.layout), table)
+        inside += band.low <= r.record.measured_step_s <= band.high
     report["gpu_runs"] = {r.record.id: {"step_error": r.step_error, "memory_error": r.memory_error} for r in runs}
+    report["gpu_runs_in_band"] = [inside, len(runs)]
     print(f"  {len(runs)} runs: step time MAPE {np.mean(step) * 100:.1f}% (worst {max(step) * 100:.1f}%), "
+          f"80% band held for {inside} of {len(runs)}; "
           f"allocated memory MAPE {np.mean(np.abs(mem)) * 100:.1f}% (worst {max(mem, key=abs) * 100:+.1f}%)")
 
 

@@ -57,3 +57,13 @@ def test_memory_hook_takes_the_training_process_not_the_launchers():
             "gpu_probe_memory max_allocated=0 max_reserved=0\n")
     assert _hook_memory(text) == {"max_allocated": 31178710016, "max_reserved": 31606177792}
     assert _hook_memory("gpu_probe_memory max_allocated=0 max_reserved=0\n") == {}
+
+
+def test_validate_prints_the_gpu_runs_as_a_source(capsys):
+    from benchmarks.validate import gpu_runs_section
+    report = {}
+    gpu_runs_section(report)
+    out = capsys.readouterr().out
+    assert "trained on one H100" in out and "80% band held for" in out
+    inside, n = report["gpu_runs_in_band"]
+    assert n == len(report["gpu_runs"]) >= 13 and 0 <= inside <= n
