@@ -176,19 +176,28 @@ def _hook_memory(text: str) -> dict:
     return found if any(found.values()) else {}
 
 
+def _unpack(out: Path) -> Path:
+    """A `run` folder's logs.tar.gz, unpacked beside it; the folder of the logs."""
+    work = out / "unpacked"
+    shutil.rmtree(work, ignore_errors=True)
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        tar.extractall(work, filter="data")
+    return work / "logs"
+
+
+def _iteration_times(text: str) -> list[float]:
+    """Every 'elapsed time per iteration (ms)' of a log, in seconds (a log cut short included)."""
+    key = "elapsed time per iteration (ms): "
+    return [float(l.split(key)[1].split()[0]) / 1e3 for l in text.splitlines() if key in l]
+
+
 def utilisation(out: Path) -> dict:
     """A `run` folder that also holds `nvidia-smi dmon -s u -d 1` output (dmon_final.txt): the GPU's busy
     share each second (utilization.gpu: the time some kernel ran) while its job trained, beside the
     iteration times it logged. The training seconds are those from the first reading of 20% or more to
     the last (start-up reads 0-9%, idle 0%); every reading is kept beside them."""
-    work = out / "unpacked"
-    shutil.rmtree(work, ignore_errors=True)
-    with tarfile.open(out / "logs.tar.gz") as tar:
-        tar.extractall(work, filter="data")
     rec = json.loads((out / "results.jsonl").read_text().splitlines()[0])
-    text = (work / "logs" / f"{rec['name']}.log").read_text(errors="replace")
-    times = [float(l.split("elapsed time per iteration (ms): ")[1].split()[0]) / 1e3
-             for l in text.splitlines() if "elapsed time per iteration (ms): " in l]
+    times = _iteration_times((_unpack(out) / f"{rec['name']}.log").read_text(errors="replace"))
     every = [int(l.split()[1]) for l in (out / "dmon_final.txt").read_text().splitlines()
              if l.strip() and not l.startswith("#")]
     first = next((i for i, b in enumerate(every) if b >= 20), len(every))
@@ -208,20 +217,17 @@ def record(outs: list[Path], jobs: Path, dest: Path, utilisation_of: list[Path] 
     from planner.calibrate import parse_log
     recs, logs_of = {}, {}
     for out in outs:
-        work = out / "unpacked"
-        shutil.rmtree(work, ignore_errors=True)
-        with tarfile.open(out / "logs.tar.gz") as tar:
-            tar.extractall(work, filter="data")
+        logs = _unpack(out)
         for line in (out / "results.jsonl").read_text().splitlines():
             rec = json.loads(line)
             recs[rec["name"]] = rec
-            logs_of[rec["name"]] = work / "logs" / f"{rec['name']}.log"
+            logs_of[rec["name"]] = logs / f"{rec['name']}.log"
     manifest = json.loads((jobs / "manifest.json").read_text())
     env = json.loads((outs[0] / "environment.json").read_text())
     runs = []
-    for name in [l[0] for l in LAYOUTS if l[0] in recs]:
+    for spec in [l for l in LAYOUTS if l[0] in recs]:
+        name = spec[0]
         rec = recs[name]
-        spec = {l[0]: l for l in LAYOUTS}[name]
         p = json.loads((jobs / name / "plan.json").read_text())
         est = p["estimate"]
         log = logs_of[name]
@@ -242,8 +248,7 @@ def record(outs: list[Path], jobs: Path, dest: Path, utilisation_of: list[Path] 
         except Exception as exc:          # a job that did not finish: what it logged is the record
             run_["measured"] = None
             run_["error"] = " ".join(str(exc).split())[:300]
-            seen = [float(l.split("elapsed time per iteration (ms): ")[1].split()[0]) / 1e3
-                    for l in text.splitlines() if "elapsed time per iteration (ms): " in l]
+            seen = _iteration_times(text)
             if len(seen) > 2:
                 run_["partial"] = {"iterations": len(seen), "median_after_2_s": round(statistics.median(seen[2:]), 4)}
             runs.append(run_)
