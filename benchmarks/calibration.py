@@ -16,6 +16,8 @@ per-step overhead; those no calibration run responds to are kept).
     team on a cluster the catalog was never fitted to starts from.
 (d) With --loso-from: whether planner/calibrate.py's priors weight one run as the LOSO residuals say
     they should (`weighting_check`).
+(e) The planner's own jobs trained on one H100 (benchmarks/data/gpu_runs.yaml): calibrate on one of them,
+    predict the rest, as (b); no fit has seen these runs, so 'before' is out of sample here.
 (b) and (c) are printed twice: per source as the issue words it, then with each GPU type of a source
 on its own (a calibration describes one cluster; `planner calibrate` refuses runs of two GPUs).
 Two more columns say what more runs, or a perfect calibration, would give: '3 runs' calibrates on 3
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from planner.calibrate import Run, current_constants, fit, predict  # noqa: E402
 from planner.validation import cases, load_records  # noqa: E402
+from gpu_runs import load_gpu_runs  # noqa: E402
 
 
 def runs_of(records, overrides=None) -> list[Run]:
@@ -167,6 +170,10 @@ def main(argv=None) -> int:
         report[label] = section(title, per_source(records, refits))
         report[label + "_by_gpu"] = section(title + ", each GPU type of the source on its own (one cluster)",
                                             per_source(records, refits, by_cluster=True), unit="clusters")
+    # (e) the planner's own jobs on one H100 (benchmarks/data/gpu_runs.yaml): a cluster no fit has seen
+    report["gpu_runs"] = section("(e) the planner's own jobs trained on one H100 (benchmarks/data/gpu_runs.yaml, "
+                                 "never fitted)", per_source(load_gpu_runs(), by_cluster=True),
+                                 unit="clusters")
     if args.loso_from:
         w = weighting_check(json.loads(Path(args.loso_from).read_text())["loso_predictions"], records)
         report["weighting"] = w

@@ -98,9 +98,18 @@ def gpu_runs_section(report):
         inside += band.low <= r.record.measured_step_s <= band.high
     report["gpu_runs"] = {r.record.id: {"step_error": r.step_error, "memory_error": r.memory_error} for r in runs}
     report["gpu_runs_in_band"] = [inside, len(runs)]
+    order = summarize(runs)
+    report["gpu_runs_pair_order"] = [order["pair_order_right"], order["pairs"]]
+    by_measured = sorted(runs, key=lambda r: r.record.measured_step_s)
+    first, second = sorted(runs, key=lambda r: r.predicted_step_s)[:2]
+    report["gpu_runs_pick_measured_rank"] = by_measured.index(first) + 1
     print(f"  {len(runs)} runs: step time MAPE {np.mean(step) * 100:.1f}% (worst {max(step) * 100:.1f}%), "
           f"80% band held for {inside} of {len(runs)}; "
           f"allocated memory MAPE {np.mean(np.abs(mem)) * 100:.1f}% (worst {max(mem, key=abs) * 100:+.1f}%)")
+    print(f"  ranking: {order['pair_order_right'] * 100:.0f}% of {order['pairs']} pairs (measured gap > 5%) "
+          f"in the measured order; the predicted fastest, {first.record.id}, is measured "
+          f"#{report['gpu_runs_pick_measured_rank']} of {len(runs)}; the predicted #2, {second.record.id}, "
+          f"is measured #{by_measured.index(second) + 1}")
 
 
 def mape(rows):

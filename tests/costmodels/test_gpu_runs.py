@@ -67,3 +67,19 @@ def test_validate_prints_the_gpu_runs_as_a_source(capsys):
     assert "trained on one H100" in out and "80% band held for" in out
     inside, n = report["gpu_runs_in_band"]
     assert n == len(report["gpu_runs"]) >= 13 and 0 <= inside <= n
+    # the planner ranks layouts: how often it orders two measured runs as measured, and where its pick lands
+    right, pairs = report["gpu_runs_pair_order"]
+    assert "ranking:" in out and pairs >= 60 and 0.0 <= right <= 1.0
+    assert 1 <= report["gpu_runs_pick_measured_rank"] <= n
+
+
+def test_calibration_benchmark_calibrates_on_the_gpu_runs():
+    # benchmarks/calibration.py (e): calibrate on one GPU run, predict the other 12; 'before' is the
+    # catalog's prediction, the same figure validate.py prints for these runs
+    import numpy as np
+    from benchmarks.calibration import per_source
+    results = evaluate(load_gpu_runs())
+    (key, got), = per_source(load_gpu_runs(), by_cluster=True).items()
+    assert key == "gpu-probe:megatron-deepspeed H100-SXM" and got["runs"] == len(results)
+    assert abs(got["mape_before"] - np.mean([abs(r.step_error) for r in results])) < 0.01
+    assert got["mape_after_3"] is not None and got["mape_scale_bound"] <= got["mape_before"]
