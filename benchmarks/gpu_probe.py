@@ -109,8 +109,36 @@ def _pack(out: Path, logs: Path) -> None:
     tmp.replace(out / "logs.tar.gz")
 
 
+UNSYNCED = "+unsynced"     # suffix of a layout run again with DeepSpeed's throughput timer unsynchronised
+
+
+def unsynced_config(job: Path, dest: Path) -> Path:
+    """The job's ds_config.json with DeepSpeed's throughput timer left unsynchronised: by default it
+    synchronises the device at every engine.forward when the client brings its own data loader
+    (deepspeed/runtime/engine.py:1909, deepspeed/utils/timer.py:237, v0.16.2), i.e. every micro-batch of
+    Megatron-DeepSpeed. Passed as a second --deepspeed_config after the planned one (the last wins)."""
+    config = json.loads((job / "ds_config.json").read_text())
+    config["timers"] = {"throughput": {"enabled": True, "synchronized": False}}
+    dest.write_text(json.dumps(config, indent=2) + "\n")
+    return dest
+
+
+def tasks(jobs: Path, names: list[str], skip: set[str], trace: set[str], unsynced: list[str], logs: Path):
+    """(run name, job folder, extra launch.sh arguments, extra environment) in the order they run: the
+    layouts, then those of `unsynced` again with the unsynchronised timer (name + UNSYNCED)."""
+    out = []
+    for name in [n for n in names if n not in skip] + [n + UNSYNCED for n in unsynced]:
+        layout = name.removesuffix(UNSYNCED)
+        extra = ["--log-interval", "1"] + ([] if layout in SAVE_CHECKPOINT and name == layout else ["--save", ""])
+        if name != layout:
+            extra += ["--deepspeed_config", str(unsynced_config(jobs / layout, logs / f"{name}.ds_config.json"))]
+        env = {"GPU_PROBE_TRACE": str(logs / f"{name}.trace")} if name in trace else {}
+        out.append((name, jobs / layout, extra, env))
+    return out
+
+
 def run(jobs: Path, out: Path, data: Path, budget_s: float, skip: set[str], per_job_s: float,
-        only: list[str], launcher: str) -> None:
+        only: list[str], launcher: str, trace: set[str] = frozenset(), unsynced: list[str] = ()) -> None:
     start = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     logs = out / "logs_dir"
@@ -123,21 +151,17 @@ def run(jobs: Path, out: Path, data: Path, budget_s: float, skip: set[str], per_
                        check=True, stdout=subprocess.DEVNULL)
         print(f"data made in {time.monotonic() - t:.0f} s", flush=True)
     names = only or json.loads((jobs / "manifest.json").read_text())["layouts"]
-    for i, name in enumerate(names):
-        if name in skip:
-            continue
+    for i, (name, job, extra, traced) in enumerate(tasks(jobs, names, skip, trace, unsynced, logs)):
         left = budget_s - (time.monotonic() - start)
         if left < 60:
             print(f"stopping before {name}: {left:.0f} s of the budget left", flush=True)
             break
-        job = jobs / name
         ckpt = Path("/tmp/gpu_probe_ckpt") / name
         shutil.rmtree(ckpt, ignore_errors=True)
         ckpt.mkdir(parents=True)
         env = dict(os.environ, DATA_PATH=str(data / "corpus_text_document"),
                    TOKENIZER_MODEL=str(data / "tokenizer.model"), CHECKPOINT_PATH=str(ckpt),
-                   MASTER_PORT=str(29500 + i), GPU_PROBE_REPORT="1", LAUNCHER=launcher)
-        extra = ["--log-interval", "1"] + ([] if name in SAVE_CHECKPOINT else ["--save", ""])
+                   MASTER_PORT=str(29500 + i), GPU_PROBE_REPORT="1", LAUNCHER=launcher, **traced)
         log = logs / f"{name}.log"
         t = time.monotonic()
         with log.open("w") as f:
@@ -153,7 +177,7 @@ def run(jobs: Path, out: Path, data: Path, budget_s: float, skip: set[str], per_
         saved = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
         shutil.rmtree(ckpt, ignore_errors=True)
         rec = {"name": name, "rc": rc, "wall_s": round(wall, 1), "checkpoint_bytes": saved, "extra_args": extra,
-               "launcher": launcher}
+               "launcher": launcher, "traced": bool(traced)}
         with (out / "results.jsonl").open("a") as f:
             f.write(json.dumps(rec) + "\n")
         _pack(out, logs)
@@ -321,6 +345,10 @@ def main(argv=None) -> None:
     r.add_argument("--per-job-s", type=float, default=240)
     r.add_argument("--skip", default="", help="comma-separated layout names already measured")
     r.add_argument("--only", default="", help="comma-separated layout names to run, in this order")
+    r.add_argument("--trace", default="", help="comma-separated run names to profile one iteration of "
+                   "(torch.profiler; benchmarks/gpu/probe_hook); NAME+unsynced names the unsynchronised re-run")
+    r.add_argument("--unsynced", default="", help="comma-separated layout names to run again with DeepSpeed's "
+                   "throughput timer unsynchronised (recorded as NAME+unsynced; `record` leaves them out)")
     r.add_argument("--launcher", default="deepspeed", choices=["deepspeed", "torchrun"],
                    help="launch.sh's LAUNCHER (both are emitted)")
     c = sub.add_parser("record")
@@ -334,7 +362,8 @@ def main(argv=None) -> None:
         plan(args.jobs)
     elif args.cmd == "run":
         run(args.jobs, args.out, args.data, args.budget_s, {s for s in args.skip.split(",") if s}, args.per_job_s,
-            [s for s in args.only.split(",") if s], args.launcher)
+            [s for s in args.only.split(",") if s], args.launcher, {s for s in args.trace.split(",") if s},
+            [s for s in args.unsynced.split(",") if s])
     else:
         record(args.outs, args.jobs, args.dest, args.utilisation)
 

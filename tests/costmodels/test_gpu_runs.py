@@ -83,3 +83,33 @@ def test_calibration_benchmark_calibrates_on_the_gpu_runs():
     assert key == "gpu-probe:megatron-deepspeed H100-SXM" and got["runs"] == len(results)
     assert abs(got["mape_before"] - np.mean([abs(r.step_error) for r in results])) < 0.01
     assert got["mape_after_3"] is not None and got["mape_scale_bound"] <= got["mape_before"]
+
+
+def test_probe_reruns_a_layout_with_deepspeeds_throughput_timer_unsynchronised(tmp_path, monkeypatch):
+    # the next GPU session's A/B (issue 8): the same job with DeepSpeed's per-micro-batch device sync off
+    import json
+    from benchmarks.gpu_probe import SAVE_CHECKPOINT, UNSYNCED, tasks
+    name = sorted(SAVE_CHECKPOINT)[0]
+    job = tmp_path / "jobs" / name
+    job.mkdir(parents=True)
+    planned = {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16,
+               "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}
+    (job / "ds_config.json").write_text(json.dumps(planned))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    got = tasks(tmp_path / "jobs", [name, "other"], {"other"}, {name + UNSYNCED}, [name], logs)
+    assert [t[0] for t in got] == [name, name + UNSYNCED]
+    (_, _, extra, env), (_, folder, extra_b, env_b) = got
+    assert "--save" not in extra and env == {}         # the planned run is unchanged (and saves its checkpoint)
+    assert folder == job and extra_b[-2] == "--deepspeed_config" and extra_b[:4] == ["--log-interval", "1", "--save", ""]
+    assert env_b == {"GPU_PROBE_TRACE": str(logs / f"{name}{UNSYNCED}.trace")}
+    config = json.loads(open(extra_b[-1]).read())
+    assert {k: v for k, v in config.items() if k != "timers"} == planned
+    pytest.importorskip("deepspeed")
+    import deepspeed.comm as dist
+    from deepspeed.runtime.config import DeepSpeedConfig
+    monkeypatch.setattr(dist, "get_rank", lambda *a, **k: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 1)
+    parsed = DeepSpeedConfig(config)
+    assert parsed.timers_config.enabled and parsed.timers_config.synchronized is False
+    assert DeepSpeedConfig(planned).timers_config.synchronized is True      # DeepSpeed's default: synchronised
