@@ -96,7 +96,8 @@ def _environment() -> dict:
             "'torch': torch.__version__, 'cuda': torch.version.cuda, 'deepspeed': deepspeed.__version__, "
             "'pydantic': pydantic.__version__, 'gpu': torch.cuda.get_device_name(0), "
             "'nccl': '.'.join(map(str, torch.cuda.nccl.version()))}))")
-    env = json.loads(out([sys.executable, "-c", code]).splitlines()[-1] or "{}")
+    printed = [line for line in out([sys.executable, "-c", code]).splitlines() if line.startswith("{")]
+    env = json.loads(printed[-1]) if printed else {}       # DeepSpeed logs to stdout too; no GPU: nothing
     env["driver"] = out(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     env["nvcc"] = out(["nvcc", "--version"]).splitlines()[-1:]
     return env

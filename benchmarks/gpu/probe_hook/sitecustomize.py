@@ -28,7 +28,9 @@ if os.environ.get("GPU_PROBE_REPORT"):
 # GPU_PROBE_TRACE_ITER (default 5; DeepSpeedEngine.step ends an iteration, Megatron-DeepSpeed calls it
 # once per iteration, megatron/training.py:746) and writes PREFIX.PID.json: the CUDA runtime calls by
 # name (launches, synchronisations, copies) and the kernels' summed time against the wall time, so that
-# host-bound and synchronised phases can be told apart (issue 8), and PREFIX.PID.trace.json.gz.
+# host-bound and synchronised phases can be told apart (issue 8), and PREFIX.PID.trace.json.gz. The
+# profiled iteration runs slower (the profiler's own host cost); it is not among the last 20 of the 30
+# whose median is the recorded step time.
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync",
               "cudaMemcpy", "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
