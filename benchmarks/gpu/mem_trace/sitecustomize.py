@@ -1,0 +1,204 @@
+"""Memory-trace hook for benchmarks/gpu/mem_trace (see its README): on PYTHONPATH with MEM_TRACE_REPORT=PREFIX
+set, every process that trains writes PREFIX.PID.json after training iteration MEM_TRACE_ITERS (default 3):
+the bytes PyTorch's CPU allocator had handed out, allocation by allocation, from the process's start, and
+where they peaked inside each DeepSpeedEngine.forward / backward / step call of every iteration.
+
+How: torch.profiler with profile_memory=True is started when this module is imported, before anything is
+allocated, so every allocation and every free of the run is one '[memory]' event with its signed size
+(c10's ProfiledCPUMemoryReporter); their running sum is the allocated bytes, the CPU's counterpart of
+torch.cuda.memory_allocated. Each engine call is a record_function range, read back to place the events.
+
+On the CPU, PyTorch decomposes torch.nn.functional.rms_norm into eager ops that keep fp32 intermediates
+for backward; on CUDA it is one fused op (aten::_fused_rms_norm, pytorch/pytorch#153666) that saves its
+input and the fp32 reciprocal RMS per row. With MEM_TRACE_FUSED_RMSNORM=1 (the default) F.rms_norm is
+replaced here by an autograd function that saves exactly those two, so the CPU saves what the GPU saves.
+"""
+import os
+
+# torchrun's own process (no LOCAL_RANK) trains nothing: only its workers are traced.
+if os.environ.get("MEM_TRACE_REPORT") and "LOCAL_RANK" in os.environ:
+    import atexit
+    import bisect
+    import importlib.abc
+    import importlib.util
+    import json
+    import sys
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    _STACK = os.environ.get("MEM_TRACE_STACK", "0") == "1"
+    _PROF = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=_STACK)
+    _PROF.__enter__()
+    _STATE = {"iteration": 1, "micro": -1, "target": int(os.environ.get("MEM_TRACE_ITERS", "3")),
+              "done": False, "calls": []}
+
+    if os.environ.get("MEM_TRACE_FUSED_RMSNORM", "1") == "1":
+        from torch.nn import functional as _F
+
+        class _FusedRMSNorm(torch.autograd.Function):
+            """y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps) per row, in fp32; saves x and rstd
+            as CUDA's _fused_rms_norm does (its backward reads input, rstd and weight)."""
+
+            @staticmethod
+            def forward(ctx, x, weight, eps):
+                xf = x.float()
+                rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+                out = (xf * rstd).to(x.dtype)
+                out = out * weight if weight is not None else out
+                ctx.save_for_backward(x, rstd, weight)
+                return out
+
+            @staticmethod
+            def backward(ctx, grad):
+                x, rstd, weight = ctx.saved_tensors
+                xf, gf = x.float(), grad.float()
+                xhat = xf * rstd
+                gw = None
+                if weight is not None:
+                    gw = (gf * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+                    gf = gf * weight.float()
+                dx = rstd * (gf - xhat * (gf * xhat).mean(-1, keepdim=True))
+                return dx.to(x.dtype), gw, None
+
+        def _rms_norm(x, normalized_shape, weight=None, eps=None):
+            return _FusedRMSNorm.apply(x, weight, 1e-6 if eps is None else eps)
+
+        _F.rms_norm = _rms_norm
+        torch.rms_norm = _rms_norm
+
+        # On the CPU Megatron-DeepSpeed takes its own eager RMSNorm (megatron/model/__init__.py:8-15,
+        # rmsnorm.py: fp32 x, x * rsqrt and the 16-bit output all kept for backward) where CUDA takes apex's
+        # MixedFusedRMSNorm; its forward is made the fused one when the module is imported.
+        class _PatchRMSNorm(importlib.abc.MetaPathFinder):
+            def find_spec(self, fullname, path, target=None):
+                if fullname != "megatron.model.rmsnorm":
+                    return None
+                sys.meta_path.remove(self)
+                spec = importlib.util.find_spec(fullname)
+                sys.meta_path.insert(0, self)
+                loader = spec.loader
+                exec_module = loader.exec_module
+
+                def patched(module):
+                    exec_module(module)
+                    module.RMSNorm.forward = lambda norm, x: _rms_norm(x, (x.shape[-1],), norm.weight, norm.eps)
+                loader.exec_module = patched
+                return spec
+
+        sys.meta_path.insert(0, _PatchRMSNorm())
+
+    # On a machine without CUDA, Megatron-DeepSpeed takes torch.optim.Adam instead of apex's FusedAdam
+    # (megatron/optimizer/__init__.py:4-9), whose CPU path allocates temporaries the size of the state in its
+    # step (_single_tensor_adam). The GPU runs' optimizer, the apex stand-in (fused AdamW: no temporaries), is
+    # put in its place, so that the step allocates what it allocates on the GPU.
+    if not torch.cuda.is_available():
+        import torch.optim
+
+        try:
+            from apex.optimizers import FusedAdam as _GpuAdam
+        except ImportError:
+            _GpuAdam = None
+        if _GpuAdam is not None:
+            torch.optim.Adam = _GpuAdam
+
+    def _event_name(e):
+        try:
+            return e.name()
+        except UnicodeDecodeError:      # seen on Python-function events with with_stack=True
+            return "?"
+
+    def _innermost(ops, t):
+        """The innermost op running at time t (its name, and with MEM_TRACE_STACK=1 its Python stack)."""
+        best = None
+        for e in ops:
+            if e.start_ns() <= t <= e.end_ns() and (best is None or e.start_ns() >= best.start_ns()):
+                best = e
+        if best is None:
+            return "?"
+        return _event_name(best) + ("".join(f" < {f}" for f in best.stack()[:6]) if _STACK else "")
+
+    def _phases():
+        """Running allocated bytes: the peak of the whole run, and per engine call its start, end and peak."""
+        everything = [(e, _event_name(e)) for e in _PROF.profiler.kineto_results.events()]
+        events = sorted((e.start_ns(), e.nbytes()) for e, n in everything
+                        if n == "[memory]" and str(e.device_type()).endswith("CPU"))
+        ranges = {n: (e.start_ns(), e.end_ns()) for e, n in everything if n.startswith("mem_trace:")}
+        times = [t for t, _ in events]
+        ops = [e for e, n in everything if n != "[memory]" and not n.startswith("mem_trace:")]
+        running, total = [], 0
+        for _, n in events:
+            total += n
+            running.append(total)
+        calls = []
+        for label in _STATE["calls"]:
+            start, end = ranges[label]
+            i = bisect.bisect_left(times, start)
+            j = bisect.bisect_right(times, end)
+            before = running[i - 1] if i > 0 else 0
+            inside = running[i:j] or [before]
+            _, name, iteration, micro = label.split(":")
+            big = sorted(range(i, j), key=lambda k: -abs(events[k][1]))[:8]
+            calls.append({"call": name, "iteration": int(iteration), "micro_batch": int(micro),
+                          "start_bytes": before, "end_bytes": running[j - 1] if j > 0 else 0,
+                          "peak_bytes": max(max(inside), before),
+                          "largest": [[events[k][1], _innermost(ops, events[k][0])] for k in sorted(big)]})
+        return {"peak_bytes": max(running) if running else 0, "events": len(events), "calls": calls}
+
+    def _finish():
+        if _STATE["done"] or not _STATE["calls"]:
+            return
+        _STATE["done"] = True
+        _PROF.__exit__(None, None, None)
+        report = _phases()
+        report["iterations"] = _STATE["target"]
+        report["fused_rmsnorm"] = os.environ.get("MEM_TRACE_FUSED_RMSNORM", "1") == "1"
+        report["torch"] = torch.__version__
+        with open(f"{os.environ['MEM_TRACE_REPORT']}.{os.getpid()}.json", "w") as f:
+            json.dump(report, f)
+
+    atexit.register(_finish)
+
+    try:
+        from deepspeed.runtime import engine as _engine
+    except ImportError:             # the launcher's own processes
+        _engine = None
+    else:
+        # As benchmarks/gpu/op_count does: on a machine without CUDA keep DeepSpeed's CPU accelerator from
+        # building FlashAttention, which Megatron-DeepSpeed asks for at import.
+        if not torch.cuda.is_available():
+            from deepspeed.accelerator import cpu_accelerator
+
+            _builder = cpu_accelerator.CPU_Accelerator.get_op_builder
+            cpu_accelerator.CPU_Accelerator.get_op_builder = (
+                lambda self, name: None if name == "FlashAttentionBuilder" else _builder(self, name))
+            # DeepSpeed's activation checkpointing makes a transport stream it never uses
+            # (checkpointing.py:526, 613); the CPU accelerator has no Stream class.
+            cpu_accelerator.CPU_Accelerator.Stream = property(lambda self: (lambda **_: None))
+
+    if _engine is not None:
+        def _traced(name):
+            original = getattr(_engine.DeepSpeedEngine, name)
+
+            def call(self, *args, **kwargs):
+                if _STATE["done"]:
+                    return original(self, *args, **kwargs)
+                # Megatron-DeepSpeed calls forward and backward once per micro-batch and step once per
+                # iteration (megatron/training.py:746); step ends the iteration at its boundary.
+                boundary = name == "step" and self.is_gradient_accumulation_boundary()
+                if name == "forward":
+                    _STATE["micro"] += 1
+                label = f"mem_trace:{name}:{_STATE['iteration']}:{_STATE['micro']}"
+                _STATE["calls"].append(label)
+                with record_function(label):
+                    out = original(self, *args, **kwargs)
+                if boundary:
+                    _STATE["micro"] = -1
+                    _STATE["iteration"] += 1
+                    if _STATE["iteration"] > _STATE["target"]:
+                        _finish()
+                return out
+            setattr(_engine.DeepSpeedEngine, name, call)
+
+        for _name in ("forward", "backward", "step"):
+            _traced(_name)
