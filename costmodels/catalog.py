@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from .errors import SpecError, UnknownPresetError, leading_zero_hint
+from .memory import LAYER_SAVES
 from .types import GPU, ClusterSpec, Framework, ModelSpec
 from .units import parse_number, parse_price, parse_quantity, yaml_exponent_text
 
@@ -1043,9 +1044,13 @@ def framework_from_dict(d: dict) -> Framework:
             zero3_rank_loop_copies=_rank_loop(d, "copies", what),
             zero3_reduce_tensors_per_layer=n("zero3_reduce_tensors_per_layer", 0.0),
             grad_accumulation_bytes=n("grad_accumulation_bytes"),
+            layer_saves=_layer_saves(d, what),
+            zero_step_gradient_bytes=_zero_step_bytes(d, "gradient_partition", what),
+            zero_step_copy_bytes=_zero_step_bytes(d, "flat_copies", what),
             allocator_fragmentation=n("allocator_fragmentation"),
             cuda_context_bytes=q("cuda_context"),
             comm_buffer_bytes=q("comm_buffers"),
+            comm_buffer_bytes_by_zero=_comm_buffers_by_zero(d, what),
             logits_bytes_per_element=n("logits_bytes_per_element"),
             logits_bytes_per_element_tp=n("logits_bytes_per_element_tp") if "logits_bytes_per_element_tp" in d else None,
             attention_head_dims=_head_dims(d, what),
@@ -1066,6 +1071,7 @@ FRAMEWORK_RANGES = {
     "logits_bytes_per_element": (0.0, 64.0, False), "logits_bytes_per_element_tp": (0.0, 64.0, False),
     "fp8_saved_input_bytes": (0.0, 8.0, False),
     "state_bytes": (0.0, 64.0, False), "zero0_step_copy_bytes": (0.0, 256.0, False),
+    "zero_step_bytes": (0.0, 64.0, False),
     "zero3_recompute_gathers": (0.0, 10.0, False), "zero3_gathers_per_layer": (0.0, 1000.0, False),
     "zero3_reduce_tensors_per_layer": (0.0, 1000.0, False), "zero3_live_layers": (0.0, 1e6, False),
     "fused_softmax_max_seq": (0.0, 1e9, False),
@@ -1088,7 +1094,38 @@ FRAMEWORK_KEYS = frozenset({
     "saved_activation_factor", "fp8_saved_input_bytes", "iteration_overhead", "microbatch_overhead",
     "host_overhead", "elementwise_traffic", "grad_accumulation_bytes", "state_bytes", "state_bytes_zero0",
     "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "cpu_offloading", "fused_softmax_max_seq", "allocator_fragmentation",
-    "cuda_context", "comm_buffers", "logits_bytes_per_element", "logits_bytes_per_element_tp"})
+    "cuda_context", "comm_buffers", "logits_bytes_per_element", "logits_bytes_per_element_tp", "layer_saves",
+    "zero_step_bytes", "comm_buffers_by_zero_stage"})
+
+
+def _layer_saves(d: dict, what: str) -> tuple[str, ...]:
+    saves = d.get("layer_saves", []) or []
+    if not isinstance(saves, list) or any(x not in LAYER_SAVES for x in saves):
+        raise SpecError(f"{what}: layer_saves must be a list of {', '.join(LAYER_SAVES)}, got {saves!r}")
+    return tuple(saves)
+
+
+def _comm_buffers_by_zero(d: dict, what: str) -> tuple | None:
+    """`comm_buffers_by_zero_stage: {0: 0 B, 1: 2e9 B, 2: 2e9 B, 3: 1e9 B}`, every stage named."""
+    if "comm_buffers_by_zero_stage" not in d:
+        return None
+    table = _mapping(d, "comm_buffers_by_zero_stage", what)
+    if sorted(table) != [0, 1, 2, 3]:
+        raise SpecError(f"{what}: comm_buffers_by_zero_stage must name ZeRO stages 0, 1, 2 and 3, got "
+                        f"{', '.join(map(str, sorted(table, key=str))) or 'none'}")
+    return tuple(parse_quantity(table[z], what=f"{what} comm_buffers_by_zero_stage.{z}", dim="bytes",
+                                maximum=FRAMEWORK_QUANTITIES["comm_buffers"][1]) for z in range(4))
+
+
+ZERO_STEP_PARTS = ("gradient_partition", "flat_copies")
+
+
+def _zero_step_bytes(d: dict, part: str, what: str) -> float:
+    parts = _mapping(d, "zero_step_bytes", what)
+    unknown = sorted(str(k) for k in parts if k not in ZERO_STEP_PARTS)
+    if unknown:
+        raise SpecError(f"{what}: zero_step_bytes takes {' and '.join(ZERO_STEP_PARTS)}, not {', '.join(unknown)}")
+    return _framework_number(parts.get(part, 0.0), f"zero_step_bytes.{part}", what)
 
 
 def _bucket(value: float, what: str) -> float:

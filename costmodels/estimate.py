@@ -121,7 +121,7 @@ def _output_columns(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stages, time
                     mem: Memory, host: HostMemory) -> dict:
     """The columns of a BatchEstimate, in their order."""
     cols = {f"mem_{key}": v for key, v in mem.columns.items()}
-    required = mem.allocated + mem.columns["step_copies"] + mem.columns["cuda_context"]
+    required = mem.allocated + mem.columns["cuda_context"]
     fits = (required <= c.gpu.hbm_bytes) & host.fits
     fits_with_cache = (mem.total <= c.gpu.hbm_bytes) & host.fits
     cols.update({f"time_{key}": v for key, v in time.items()})
@@ -129,7 +129,7 @@ def _output_columns(m: ModelSpec, c: ClusterSpec, k: Knobs, stages: Stages, time
         "step_time_s": step,
         "peak_memory_bytes": mem.total,
         "allocated_bytes": mem.allocated,
-        "reserved_bytes": mem.allocated + mem.columns["fragmentation"] + mem.columns["step_copies"],
+        "reserved_bytes": mem.activation_peak + mem.columns["fragmentation"] + mem.columns["step_copies"],
         # what the job cannot run without (MemoryBreakdown.required): the caching allocator gives
         # its cache (`fragmentation`) back before an allocation fails. `fits`: the job runs;
         # `fits_with_cache`: with the cache too, the layouts the search proposes; `tight`: between.

@@ -19,7 +19,8 @@ def saved_layer_bytes(m: ModelSpec, fw: Framework, k: Knobs):
     """(stored, attention core) bytes one layer saves for backward per micro-batch on one GPU, with the
     framework's saved-activation factor: what recompute keeps or drops, and what activation offload moves."""
     stored, core_act = memory.layer_activation_bytes(m, k.tokens, k.seq, k.tp, k.sp, k.flash, k.precision,
-                                                     fw.fp8_saved_input_bytes, fw.fused_softmax_max_seq)
+                                                     fw.fp8_saved_input_bytes, fw.fused_softmax_max_seq,
+                                                     fw.layer_saves)
     return stored * fw.saved_activation_factor, core_act * fw.saved_activation_factor
 
 
@@ -77,9 +78,22 @@ def one_stage_memory(fw: Framework, k: Knobs, stage_p, activations, logits, work
     # micro-batches before the last one's reduce-scatter.
     work = where(keep_unsharded, stage_p / k.tp * k.act_bytes, working)
     grad_acc = where(keep_unsharded & (k.n_micro > 1), stage_p / k.tp * 4.0, 0.0)
-    copies = memory.zero0_step_copy_bytes(stage_p / k.tp, k.precision, k.zero, k.grad_comm, fw)
+    local = stage_p / k.tp
+    copies = (memory.zero0_step_copy_bytes(local, k.precision, k.zero, k.grad_comm, fw)
+              + memory.zero_step_copy_bytes(local, k.zero, k.shard, k.offload_optimizer, fw))
+    # At a ZeRO 1-3 step the weights and the optimizer state are live with the gradient partition and
+    # its copies; the activations, the buckets and (ZeRO-1) the full 16-bit gradients are freed.
+    # The optimizer step's own peak, after the last backward: the activations are freed by then.
+    # ZeRO 1-3: the weights and the optimizer state with the gradient partition and its copies (the full
+    # 16-bit gradients of ZeRO-1 and the gradient buckets are freed too); stage 0: the whole state with
+    # its optimizer's copies (memory.zero0_step_copy_bytes).
+    gradients_at_step = memory.zero_step_peak_bytes(local, k.zero, k.shard, k.offload_optimizer, fw)
+    zero0_copies = memory.zero0_step_copy_bytes(local, k.precision, k.zero, k.grad_comm, fw)
+    step = where(gradients_at_step > 0,
+                 w + o + gradients_at_step + memory.persistent_comm_buffer_bytes(k.zero, k.pp, fw),
+                 where(zero0_copies > 0, w + g + grad_acc + o + zero0_copies, 0.0))
     return {"weights": w, "grads": g + grad_acc, "optimizer": o, "activations": activations, "logits": logits,
-            "working": work, "step_copies": copies}
+            "working": work, "step_copies": copies, "step_peak": step}
 
 
 def allocated(stage: dict, buffers, workspace):
@@ -90,9 +104,11 @@ def allocated(stage: dict, buffers, workspace):
 
 
 def held(stage: dict, alloc, fw: Framework):
-    """What the caching allocator holds on a stage: the peak's allocation, its cache, and the optimizer
-    step's copies on top (they come after the last backward, in blocks the cached activations do not fit:
-    memory.zero0_step_copy_bytes)."""
+    """What the caching allocator holds on a stage: the activation peak's allocation, its cache, and the
+    optimizer step's copies on top (they come after the last backward, in blocks the cached activations do
+    not fit: memory.zero0_step_copy_bytes, memory.zero_step_copy_bytes). It is never less than the step's
+    own allocation (memory.zero_step_peak_bytes), which holds no more than the activation peak's
+    model states and these copies."""
     return alloc * (1.0 + fw.allocator_fragmentation) + stage["step_copies"]
 
 
@@ -101,7 +117,8 @@ class Memory:
     """Memory per GPU of the stage that peaks."""
 
     columns: dict                   # by item: MemoryBreakdown's fields
-    allocated: object
+    allocated: object               # the larger of the activation peak and the optimizer step's
+    activation_peak: object         # live tensors at the activation peak (what the allocator's cache grows from)
     total: object
     peak_stage: object              # which stage peaks: 0 first, 1 a middle one, pp - 1 the last
 
@@ -119,7 +136,7 @@ def stage_memory(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages, sp: Stag
     last = one_stage_memory(fw, k, sp.last, act_last, logits, working, keep_unsharded)
     mid = one_stage_memory(fw, k, sp.mid, act_mid, 0.0 * logits, working, keep_unsharded)
     workspace = memory.backward_workspace_bytes(m, k.tokens, k.tp, k.precision)
-    buffers = fw.comm_buffer_bytes + 0.0 * rows
+    buffers = memory.comm_buffer_bytes(k.zero, pp, fw) + 0.0 * rows
     return peak_stage_memory(fw, k, stages, first, mid, last, buffers, workspace)
 
 
@@ -156,9 +173,10 @@ def peak_stage_memory(fw: Framework, k: Knobs, stages: Stages, first: dict, mid:
     alloc = pick(alloc_first, alloc_last, alloc_mid)
     columns["fragmentation"] = alloc * fw.allocator_fragmentation
     columns["cuda_context"] = fw.cuda_context_bytes + 0.0 * alloc
+    columns["step_peak"] = pick_item("step_peak")
     total = alloc + columns["fragmentation"] + columns["step_copies"] + columns["cuda_context"]
-    return Memory(columns=columns, allocated=alloc, total=total,
-                  peak_stage=where(mid_peaks, 1.0, where(last_peaks, pp - 1, 0.0)))
+    return Memory(columns=columns, allocated=maximum(alloc, columns["step_peak"]), activation_peak=alloc,
+                  total=total, peak_stage=where(mid_peaks, 1.0, where(last_peaks, pp - 1, 0.0)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,44 @@ def zero0_step_copy_bytes(params, precision, zero, grad_comm, fw: Framework):
     return where(bf16_opt, bf16_allreduce_copy_bytes(params, grad_comm), other)
 
 
+def zero_step_peak_bytes(params, zero, shard, offload_optimizer, fw: Framework):
+    """Bytes of `params` weights' gradients at the ZeRO 1-3 optimizer step, on top of the optimizer state
+    (DeepSpeed 0.16.2 runtime/zero/stage_1_and_2.py): the 16-bit gradient partition it steps with
+    (averaged_gradients, :777-785), its flattened copy (`self.flatten(...)`, :1887) and that copy cast to
+    fp32 (`.to(fp32)`, :1887-1888): 2 + 2 + 4 bytes per parameter of the rank's partition
+    (`zero_step_gradient_bytes` + `zero_step_copy_bytes`). The activations, the full 16-bit gradients
+    (ZeRO-1) and the gradient buckets are freed by then (the boundary backward's epilogue, :758-796).
+    Stage 3 (stage3.py) steps the same way. Offloaded optimizers step on the host: 0."""
+    per = fw.zero_step_gradient_bytes + fw.zero_step_copy_bytes
+    on_gpu = (asv(zero) >= ZERO1) & (asv(offload_optimizer) == OFF_NONE)
+    return where(on_gpu, asf(params) * per / asf(shard), 0.0)
+
+
+def zero_step_copy_bytes(params, zero, shard, offload_optimizer, fw: Framework):
+    """Of zero_step_peak_bytes, what the step allocates in new flat blocks the size of the partition
+    (the flattened copy and its fp32 cast): blocks the cached activations cannot serve, so they add to
+    what the caching allocator holds, as zero0_step_copy_bytes do at stage 0."""
+    on_gpu = (asv(zero) >= ZERO1) & (asv(offload_optimizer) == OFF_NONE)
+    return where(on_gpu, asf(params) * fw.zero_step_copy_bytes / asf(shard), 0.0)
+
+
+def comm_buffer_bytes(zero, pp, fw: Framework):
+    """Gradient-communication buffers alive at the activation peak. DeepSpeed 0.16.2 without a pipeline
+    (`comm_buffers_by_zero_stage`, measured on the CPU by benchmarks/gpu/mem_trace): ZeRO-1/2 allocate two
+    reduce buckets at the start of every backward (stage_1_and_2.py:2040-2051), ZeRO-3 holds one from
+    initialisation (stage3.py:531-534), and stage 0's optimizers none. Under the PipelineEngine and for
+    frameworks without the table, `comm_buffers` (a stand-in, see the catalog)."""
+    if fw.comm_buffer_bytes_by_zero is None:
+        return fw.comm_buffer_bytes + 0.0 * asf(zero)
+    single = lookup(np.array(fw.comm_buffer_bytes_by_zero, dtype=float), zero)
+    return where(asf(pp) <= 1, single, fw.comm_buffer_bytes)
+
+
+def persistent_comm_buffer_bytes(zero, pp, fw: Framework):
+    """Of comm_buffer_bytes, what is still allocated while the optimizer steps: ZeRO-3's bucket."""
+    return where(asv(zero) >= ZERO3, comm_buffer_bytes(zero, pp, fw), 0.0)
+
+
 def zero3_working_params(layer_params_local, mp_params, fw: Framework):
     """ZeRO-3 / FSDP gather weights just before use and prefetch the next: FSDP holds whole blocks
     (the current and the prefetched one), DeepSpeed at most stage3_max_live_parameters
@@ -136,27 +174,43 @@ SOFTMAX_FALLBACK_BYTES = (33.0, 35.0)
 SOFTMAX_FALLBACK_KERNELS = 4.0
 
 
+# What a framework's layer saves for backward beyond the reference count below (Framework.layer_saves),
+# each from its source:
+#   expanded_kv       K and V are repeated over all query heads before the attention kernel, which saves
+#                     them so (GQA; Megatron-DeepSpeed repeat_kv, megatron/model/transformer.py:724-727)
+#   attention_output  the flash kernel saves its output (b, s, h, d) for backward and the output
+#                     projection its own contiguous copy of it (transformer.py:850-851, `.contiguous()`)
+#   gated_activation  the gated MLP saves act(gate) for the product's backward beside gate and up
+#                     (transformer.py:135-137, F.silu(x[0]) * x[1])
+#   dropout_masks     each residual dropout saves a 1-byte mask even at p = 0: TorchScript's autodiff
+#                     runs the scripted bias-dropout-add's dropout as native_dropout (transformer.py:879-884)
+LAYER_SAVES = ("expanded_kv", "attention_output", "gated_activation", "dropout_masks")
+
+
 def layer_activation_bytes(m: ModelSpec, tokens, seq_len, tp, sp, flash, precision, fp8_input_bytes=1.0,
-                           fused_max_seq=0.0):
+                           fused_max_seq=0.0, saves=()):
     """Activations one layer saves for backward, per GPU, for `tokens` tokens of one micro-batch.
 
     Korthikanti et al. 2022 (arXiv:2205.05198) §4, Table 2: sbh(10 + 24/t + 5as/ht) bytes without
     sequence parallelism and sbh(34/t + 5as/ht) with it, generalised term by term to GQA, SwiGLU
-    and dropout-free models. Returns (stored, attention_core): the attention-core part (softmax
-    output, its dropout mask and output) is what selective recompute and FlashAttention avoid.
+    and dropout-free models, plus what the framework's code saves beyond that (`saves`, LAYER_SAVES).
+    Returns (stored, attention_core): the attention-core part (softmax output, its dropout mask and
+    output) is what selective recompute and FlashAttention avoid.
     """
     e = activation_bytes_per_element(precision)
     g = where(asv(precision) == FP8, fp8_input_bytes, e)   # GEMM inputs saved in fp8 (TE)
     h, f = m.hidden, m.ffn_hidden
-    kv = h * m.num_kv_heads / m.num_heads
-    drop = 1.0 if m.hidden_dropout > 0 else 0.0
+    kv = h if "expanded_kv" in saves else h * m.num_kv_heads / m.num_heads
+    drop = 1.0 if m.hidden_dropout > 0 or "dropout_masks" in saves else 0.0
     # Replicated across TP ranks unless sequence parallel: both norm inputs, QKV input, fc1 input,
     # two residual-dropout masks (1 byte each).
     replicated = 2.0 * h * e + 2.0 * h * g + 2.0 * h * drop
     # Split across TP ranks: Q, K, V, projection input, MLP activation inputs (gated: gate and up,
     # then the product feeding fc2), flash-attention softmax statistics (fp32 per head).
-    mlp = where(m.gated_mlp, 2.0 * f, 1.0 * f) * e + f * g
-    split = (h + 2.0 * kv) * e + h * g + mlp + where(flash, 4.0 * m.num_heads, 0.0)
+    gated = where(m.gated_mlp, 3.0 if "gated_activation" in saves else 2.0, 1.0)
+    mlp = gated * f * e + f * g
+    out_copy = where(flash, h * e, 0.0) if "attention_output" in saves else 0.0
+    split = (h + 2.0 * kv) * e + h * g + mlp + where(flash, 4.0 * m.num_heads, 0.0) + out_copy
     attn_drop = 1.0 if m.attention_dropout > 0 else 0.0
     # Softmax output (e), its dropout mask (1 byte) and dropout output (e) per score (5as with e=2).
     # Megatron's eager fallback saves the fp32 softmax output (4 bytes) for softmax's backward, and

@@ -352,6 +352,16 @@ class Framework:
     zero3_rank_loop_host: float = 0.0
     zero3_rank_loop_copies: float = 0.0
     zero3_reduce_tensors_per_layer: float = 0.0   # reduce-scatter calls per layer (one per tensor); 0: buckets
+    # What one layer saves for backward beyond the reference count (memory.layer_activation_bytes,
+    # LAYER_SAVES): "expanded_kv", "attention_output", "gated_activation", "dropout_masks"
+    layer_saves: tuple[str, ...] = ()
+    # Communication buffers at the activation peak by ZeRO stage (0-3) of a job without a pipeline
+    # (memory.comm_buffer_bytes); None: comm_buffer_bytes for every stage
+    comm_buffer_bytes_by_zero: tuple | None = None
+    # ZeRO 1-3 optimizer step, bytes per parameter over the ZeRO shard on top of the optimizer state
+    # (memory.zero_step_peak_bytes): the gradient partition it steps with, and the flat copies it makes
+    zero_step_gradient_bytes: float = 0.0
+    zero_step_copy_bytes: float = 0.0
     grad_accumulation_bytes: float = 0.0      # bytes per parameter per micro-batch of gradient accumulation
                                               # outside the weight-gradient GEMM (0: fused into it)
     # "flash-attention-2": FlashAttention-2's sm80 kernels (capped on Blackwell by
@@ -539,24 +549,34 @@ class MemoryBreakdown:
     logits: float
     comm_buffers: float
     workspace: float
-    step_copies: float                  # the ZeRO-0 optimizer step's gradient copies (DeepSpeed), held on top
+    step_copies: float                  # the optimizer step's gradient copies (DeepSpeed) that need new blocks, held on top
     fragmentation: float
     cuda_context: float
+    # Live tensors while the optimizer steps, when that is another moment than the activation peak
+    # (DeepSpeed ZeRO 1-3: the state, the gradient partition and its fp32 copy, after the activations and
+    # the gradient buckets are freed; memory.zero_step_peak_bytes); 0: no such moment is modelled.
+    step_peak: float = 0.0
 
     @property
     def model_states(self) -> float:
         return self.weights + self.grads + self.optimizer
 
     @property
-    def allocated(self) -> float:
-        """Live tensors at the peak (what torch.cuda.max_memory_allocated reports)."""
+    def activation_peak(self) -> float:
+        """Live tensors at the activation peak (the end of the last forward / the start of backward)."""
         return self.model_states + self.activations + self.logits + self.comm_buffers + self.workspace
 
     @property
+    def allocated(self) -> float:
+        """Live tensors at the peak (what torch.cuda.max_memory_allocated reports): the activation peak
+        or the optimizer step's, whichever is larger."""
+        return max(self.activation_peak, self.step_peak)
+
+    @property
     def reserved(self) -> float:
-        """What PyTorch's caching allocator holds (torch.cuda.max_memory_reserved): the peak's allocation,
-        its cache, and the optimizer step's copies that need new blocks."""
-        return self.allocated + self.fragmentation + self.step_copies
+        """What PyTorch's caching allocator holds (torch.cuda.max_memory_reserved): the activation peak's
+        allocation, its cache, and the optimizer step's copies that need new blocks."""
+        return self.activation_peak + self.fragmentation + self.step_copies
 
     @property
     def total(self) -> float:
@@ -566,13 +586,14 @@ class MemoryBreakdown:
 
     @property
     def required(self) -> float:
-        """What must fit in HBM for the process to run: live tensors at the peak, the step's copies
-        and the CUDA context. PyTorch's caching allocator gives its cache back before it fails an
+        """What must fit in HBM for the process to run: live tensors at the larger of the activation
+        peak and the optimizer step's (the step's copies are made after the activations are freed), and
+        the CUDA context. PyTorch's caching allocator gives its cache back before it fails an
         allocation (c10/cuda/CUDACachingAllocator.cpp: on a failed cudaMalloc it frees cached blocks
         that are not split and retries), so this, not `total`, is the limit; it is a necessary
         condition, not a sufficient one: the free parts of split blocks cannot be given back, so
         between this and `total` the job runs with allocator retries and an OOM risk."""
-        return self.allocated + self.step_copies + self.cuda_context
+        return self.allocated + self.cuda_context
 
 
 @dataclass(frozen=True, slots=True)

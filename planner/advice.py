@@ -191,7 +191,8 @@ def advise(result, replan=None) -> list[PlanWarning]:
         text, pred = bigger_batch()
         out.append(PlanWarning(
             "pipeline_bubble",
-            f"{l.num_microbatches} micro-batches through {l.pp} pipeline stages: the pipeline bubble is "
+            f"{l.num_microbatches} micro-batch{'es' if l.num_microbatches != 1 else ''} through {l.pp} pipeline "
+            f"stages: the pipeline bubble is "
             f"{bubble * 100:.0f}% of the step ({fmt_seconds(e.time.bubble)})",
             text or f"more micro-batches per stage (at least {4 * l.pp}): a larger global batch or fewer stages",
             pred))

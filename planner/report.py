@@ -9,7 +9,10 @@ from costmodels.units import GiB, fmt_bytes, fmt_seconds
 
 from .breakdown import HIDDEN_LABELS
 from .evidence import evidence_lines
-from .text import MEMORY_LABELS, TIME_LABELS
+from .text import MEMORY_LABELS, TIME_LABELS, step_peak_note
+
+# MemoryBreakdown.activation_peak's parts, as plan.json's memory_breakdown_bytes names them
+ACTIVATION_PEAK_PARTS = ("weights", "grads", "optimizer", "activations", "logits", "comm_buffers", "workspace")
 
 SOURCES = [
     ("Model FLOPs", "Narayanan et al. 2021 (arXiv:2104.04473) eq. 3; Korthikanti et al. 2022 (arXiv:2205.05198) eq. 7"),
@@ -240,10 +243,15 @@ def render_report(data: dict, figures: dict) -> str:
     from .ties import report_lines
     lines += report_lines(data)          # bands, ties within model error, OOM risk (issue 9)
     lines += ["", "## Memory per GPU", "", "| part | GiB |", "|---|---|"]
+    mem = est["memory_breakdown_bytes"]
     for k, label in MEMORY_LABELS.items():
-        v = est["memory_breakdown_bytes"].get(k, 0)
+        v = mem.get(k, 0)
         if v:
             lines.append(f"| {label} | {v / GiB:.2f} |")
+    activation_peak = sum(mem.get(k, 0) for k in ACTIVATION_PEAK_PARTS)
+    note = step_peak_note(mem.get("step_peak", 0.0), activation_peak)
+    if note:
+        lines += ["", note[0].upper() + note[1:] + "."]
     if "memory.png" in figures:
         lines += ["", "![memory](memory.png)"]
     lines += ["", "## Time per step", "", "| part | time per step | share |", "|---|---|---|"]

@@ -18,6 +18,14 @@ TIME_LABELS = {
 }
 
 
+def step_peak_note(step_peak: float, activation_peak: float) -> str:
+    """The optimizer step's own peak allocation, where it is the larger (memory.zero_step_peak_bytes)."""
+    if step_peak <= activation_peak:
+        return ""
+    return (f"the optimizer step allocates {step_peak / GiB:.2f} GiB at its peak, after the activations are "
+            f"freed; the activation peak, weights to backward workspace above, is {activation_peak / GiB:.2f} GiB")
+
+
 def layout_line(l: Layout) -> str:
     flags = []
     flags.append(f"ZeRO-{l.zero}")
@@ -109,6 +117,9 @@ def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: fl
         value = getattr(est.memory, key)
         if value:
             lines.append(f"    {label:28s} {value / GiB:8.2f} GiB")
+    note = step_peak_note(est.memory.step_peak, est.memory.activation_peak)
+    if note:
+        lines.append(f"    ({note})")
     lines.append("  time per step")
     step = est.step_time_s
     for key, label in TIME_LABELS.items():
