@@ -1011,6 +1011,7 @@ def framework_from_dict(d: dict) -> Framework:
             deterministic_attention=_fw_flag(d, "deterministic_attention", what, False),
             fills_uninitialized_memory=_fw_flag(d, "fills_uninitialized_memory", what, False),
             pp_blocking_p2p=_fw_flag(d, "pp_blocking_p2p", what, False),
+            loss_frees_before_backward=_fw_flag(d, "loss_frees_before_backward", what, False),
             offload_overlap=n("offload_overlap", 0.5),
             dp_overlap_pipelined=n("dp_overlap_pipelined"),
             tp_overlap=n("tp_overlap"),
@@ -1095,7 +1096,7 @@ FRAMEWORK_KEYS = frozenset({
     "host_overhead", "elementwise_traffic", "grad_accumulation_bytes", "state_bytes", "state_bytes_zero0",
     "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "cpu_offloading", "fused_softmax_max_seq", "allocator_fragmentation",
     "cuda_context", "comm_buffers", "logits_bytes_per_element", "logits_bytes_per_element_tp", "layer_saves",
-    "zero_step_bytes", "comm_buffers_by_zero_stage"})
+    "zero_step_bytes", "comm_buffers_by_zero_stage", "loss_frees_before_backward"})
 
 
 def _layer_saves(d: dict, what: str) -> tuple[str, ...]:

@@ -51,6 +51,14 @@ def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
     return act_first + inflight_first * pipe, act_mid + inflight_mid * pipe, act_last + inflight_last * pipe
 
 
+def backward_transient(m: ModelSpec, fw: Framework, k: Knobs, layers):
+    """What the layer in backward brings back on a stage of `layers` layers (memory.recompute_transient_bytes)."""
+    stored, core_act = saved_layer_bytes(m, fw, k)
+    ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
+    return memory.recompute_transient_bytes(stored, core_act, ckpt, k.recompute, layers,
+                                            recomputed_layers(k, layers), k.ckpt_offload)
+
+
 def host_checkpoint_bytes(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
     """Host bytes per GPU of offloaded activation checkpoints (DeepSpeed) or of offloaded layers' saved
     activations (Megatron-Core), on the stage that holds the most."""
@@ -130,12 +138,14 @@ def stage_memory(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages, sp: Stag
     per layout (the step time), so that constant items come out one per row."""
     pp = k.pp
     act_first, act_mid, act_last = stage_activations(m, fw, k, stages)
-    logits = memory.logits_bytes(m, k.tokens, k.tp, fw)
-    working = zero3_working_bytes(fw, k, sp)
-    first = one_stage_memory(fw, k, sp.first, act_first, where(pp <= 1, logits, 0.0), working, keep_unsharded)
-    last = one_stage_memory(fw, k, sp.last, act_last, logits, working, keep_unsharded)
-    mid = one_stage_memory(fw, k, sp.mid, act_mid, 0.0 * logits, working, keep_unsharded)
     workspace = memory.backward_workspace_bytes(m, k.tokens, k.tp, k.precision)
+    logits = memory.logits_bytes(m, k.tokens, k.tp, fw)
+    logits_first = memory.logits_at_peak_bytes(logits, backward_transient(m, fw, k, stages.first) + workspace, fw)
+    logits_last = memory.logits_at_peak_bytes(logits, backward_transient(m, fw, k, stages.last) + workspace, fw)
+    working = zero3_working_bytes(fw, k, sp)
+    first = one_stage_memory(fw, k, sp.first, act_first, where(pp <= 1, logits_first, 0.0), working, keep_unsharded)
+    last = one_stage_memory(fw, k, sp.last, act_last, logits_last, working, keep_unsharded)
+    mid = one_stage_memory(fw, k, sp.mid, act_mid, 0.0 * logits, working, keep_unsharded)
     buffers = memory.comm_buffer_bytes(k.zero, pp, fw) + 0.0 * rows
     return peak_stage_memory(fw, k, stages, first, mid, last, buffers, workspace)
 

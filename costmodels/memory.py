@@ -258,6 +258,28 @@ def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_la
     return where(recompute == RC_FULL, full_total, where(recompute == RC_SELECTIVE, selective_total, none_total))
 
 
+def recompute_transient_bytes(stored, core, ckpt, recompute, layers, recomputed_layers, ckpt_offload=False):
+    """Of stored_activation_bytes, what only the layer in backward holds: what recompute threw away and
+    brings back for it (full: the layer's saved tensors less its checkpoint; selective: its attention core)."""
+    ckpt = where(ckpt_offload, 0.0, ckpt)
+    recompute = asv(recompute)
+    full_layers = where(recomputed_layers > 0, minimum(recomputed_layers, layers), layers)
+    full = where(full_layers > 0, stored + core - ckpt, 0.0)
+    return where(recompute == RC_FULL, full, where(recompute == RC_SELECTIVE, core, 0.0))
+
+
+def logits_at_peak_bytes(logits, backward_transient, fw: Framework):
+    """What the loss's logits add to a stage's peak. Where the framework frees them before its backward
+    peaks (`loss_frees_before_backward`: Megatron-DeepSpeed, traced on the CPU, benchmarks/gpu/mem_trace),
+    the logits at their peak (the end of the last forward) and the backward's own transient (the layer
+    being recomputed and its activation gradients) never coexist, and only the part of the logits beyond
+    that transient counts; elsewhere both count (torchtitan's long-sequence readings sit 14% above the
+    model with the first reading, 4% with the second: not understood, so not generalised)."""
+    if not fw.loss_frees_before_backward:
+        return logits
+    return maximum(logits - backward_transient, 0.0)
+
+
 def cpu_offloaded_layers(cpu_offload_layers, layers):
     """Layers of a stage of `layers` whose saved activations wait in host memory under Megatron-Core's
     --cpu-offloading-num-layers N (it requires N < the model's layers, so one stays at least)."""

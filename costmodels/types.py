@@ -355,6 +355,9 @@ class Framework:
     # What one layer saves for backward beyond the reference count (memory.layer_activation_bytes,
     # LAYER_SAVES): "expanded_kv", "attention_output", "gated_activation", "dropout_masks"
     layer_saves: tuple[str, ...] = ()
+    # The loss's logits are freed before the backward's recompute and workspace peak, so only the larger
+    # of the two counts at a stage's peak (memory.logits_at_peak_bytes); False: both are counted
+    loss_frees_before_backward: bool = False
     # Communication buffers at the activation peak by ZeRO stage (0-3) of a job without a pipeline
     # (memory.comm_buffer_bytes); None: comm_buffer_bytes for every stage
     comm_buffer_bytes_by_zero: tuple | None = None

@@ -81,12 +81,12 @@ def test_the_peak_allocation_of_every_traced_job_within_4_percent(doc):
 
 def test_the_h100_runs_allocated_memory_within_10_percent():
     """benchmarks/data/gpu_runs.yaml: 13 runs, MAPE 13.4% (worst +29.3%) before the step phase, the layer's
-    saved tensors and the buckets by ZeRO stage were modelled; 1.7% (worst +8.8%) after."""
+    saved tensors, the buckets by ZeRO stage and the loss's own moment were modelled; 0.4% (worst +1.6%) after."""
     results = evaluate(load_gpu_runs())
     errors = [r.memory_error for r in results]
     assert len(errors) == 13
-    assert max(abs(e) for e in errors) < 0.10
-    assert sum(abs(e) for e in errors) / len(errors) < 0.03
+    assert max(abs(e) for e in errors) < 0.03
+    assert sum(abs(e) for e in errors) / len(errors) < 0.01
 
 
 def test_the_text_and_the_report_say_when_the_step_peaks():
