@@ -53,7 +53,7 @@ def layout_line(l: Layout) -> str:
         flags.append(f"grad-comm {l.grad_comm.value}")
     head = f"tp {l.tp}  pp {l.pp}" + (f" (vpp {l.vpp})" if l.vpp > 1 else "") + f"  dp {l.dp}  cp {l.cp}"
     return (f"{head} | micro {l.mbs}  global {l.gbs}  seq {l.seq_len} "
-            f"({l.num_microbatches} micro-batches) | " + "  ".join(flags))
+            f"({l.num_microbatches} micro-batch{'es' if l.num_microbatches != 1 else ''}) | " + "  ".join(flags))
 
 
 def _band(bands, key, fmt) -> str:
