@@ -23,12 +23,19 @@ def doc():
 
 def _case(doc, job):
     model = dict(doc["model"], num_layers=job["layers"], max_seq_len=job["seq"])
-    return case_from_dict({"model": model, "cluster": dict(doc["cluster"]), "parallel": dict(job["layout"]),
-                           "framework": doc["framework"]})
+    return case_from_dict({"model": model, "cluster": dict(doc["cluster"], num_gpus=job["pp"]),
+                           "parallel": dict(job["layout"]), "framework": doc["framework"]})
+
+
+def _single_stage(doc):
+    """The jobs without a pipeline. Under the PipelineEngine (the pp 2 job) the model keeps its 2 GiB
+    stand-in for the buckets (README, 'Memory out of sample'), which the trace shows to be the allocator's
+    share only in part: test_the_pipeline_engine_holds_its_buckets_as_the_readme_says."""
+    return [j for j in doc["jobs"] if j["pp"] == 1]
 
 
 def test_the_traces_cover_every_zero_stage_and_both_recompute_modes(doc):
-    jobs = doc["jobs"]
+    jobs = _single_stage(doc)
     assert {j["zero"] for j in jobs} == {0, 1, 2, 3}
     assert {j["recompute"] for j in jobs} == {"none", "full"}
     assert all(j["layout"]["zero_stage"] == j["zero"] and j["layout"]["micro_batch"] == j["mbs"] for j in jobs)
@@ -56,7 +63,7 @@ def test_one_layer_saves_what_megatron_deepspeeds_code_keeps(doc):
 
 def test_the_optimizer_steps_with_what_the_model_says(doc):
     """ZeRO 1-3: state (2 + 12 bytes per parameter at dp 1) plus the 8 bytes of gradients at the step."""
-    for job in doc["jobs"]:
+    for job in _single_stage(doc):
         est = estimate(*_case4(doc, job))
         measured = job["measured"]["step_peak_bytes"]
         if job["zero"] == 0:
@@ -74,7 +81,7 @@ def _case4(doc, job):
 
 
 def test_the_peak_allocation_of_every_traced_job_within_4_percent(doc):
-    for job in doc["jobs"]:
+    for job in _single_stage(doc):
         est = estimate(*_case4(doc, job))
         assert est.memory.allocated == pytest.approx(job["measured"]["run_peak_bytes"], rel=0.04), job["name"]
 
@@ -116,3 +123,19 @@ def test_the_new_framework_keys_refuse_what_they_do_not_know(key, value, says):
     d[key] = value
     with pytest.raises(SpecError, match=says):
         catalog.framework_from_dict(d)
+
+
+def test_the_pipeline_engine_holds_its_buckets_as_the_readme_says(doc):
+    """pp 2, ZeRO-1: the first stage allocates no reduce bucket through its forwards (the PipelineEngine runs
+    its backward with torch.autograd.backward) and one after the last backward (stage_1_and_2.py:705-710);
+    the last stage one from its first backward. The model's 2 GiB stand-in over-counts the allocator's share
+    by 1-2 GiB at pp > 1 (what BLOOM's nvidia-smi readings hold beyond it is not measured)."""
+    bucket = 5e8 * 2
+    first, last = sorted((j for j in doc["jobs"] if j["pp"] == 2), key=lambda j: j["stage"])
+    f, l = first["measured"], last["measured"]
+    assert f["forward_peak_bytes"] - f["iteration_start_bytes"] < 0.2 * bucket
+    assert f["iteration_peak_bytes"] - f["iteration_start_bytes"] == pytest.approx(bucket, rel=0.05)
+    assert l["forward_peak_bytes"] - l["iteration_start_bytes"] == pytest.approx(bucket, rel=0.15)
+    fw = catalog.load_framework(doc["framework"])
+    stand_in = memory.comm_buffer_bytes(1, 2, fw)
+    assert bucket < stand_in <= bucket + 2**30 + 0.1 * bucket

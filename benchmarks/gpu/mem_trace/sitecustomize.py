@@ -152,6 +152,7 @@ if os.environ.get("MEM_TRACE_REPORT") and "LOCAL_RANK" in os.environ:
         _PROF.__exit__(None, None, None)
         report = _phases()
         report["iterations"] = _STATE["target"]
+        report["rank"] = int(os.environ.get("RANK", "0"))          # the pipeline stage, with pp = world size
         report["fused_rmsnorm"] = os.environ.get("MEM_TRACE_FUSED_RMSNORM", "1") == "1"
         report["torch"] = torch.__version__
         with open(f"{os.environ['MEM_TRACE_REPORT']}.{os.getpid()}.json", "w") as f:
@@ -175,6 +176,11 @@ if os.environ.get("MEM_TRACE_REPORT") and "LOCAL_RANK" in os.environ:
             # DeepSpeed's activation checkpointing makes a transport stream it never uses
             # (checkpointing.py:526, 613); the CPU accelerator has no Stream class.
             cpu_accelerator.CPU_Accelerator.Stream = property(lambda self: (lambda **_: None))
+            # Megatron takes a rank's device as rank % device_count (megatron/initialize.py:213-219), which
+            # DeepSpeed then checks against LOCAL_RANK; a node of the CPU accelerator has one "device", so
+            # with several workers per node each is given its own, as GPUs are.
+            _workers = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            cpu_accelerator.CPU_Accelerator.device_count = lambda self: _workers
 
     if _engine is not None:
         def _traced(name):
@@ -202,3 +208,24 @@ if os.environ.get("MEM_TRACE_REPORT") and "LOCAL_RANK" in os.environ:
 
         for _name in ("forward", "backward", "step"):
             _traced(_name)
+
+        # Under pipeline parallelism DeepSpeed's PipelineEngine runs a whole iteration in train_batch: its
+        # stages call the engine's forward (and the last stage its backward) per micro-batch, but not step
+        # (runtime/pipe/engine.py train_batch, _exec_optimizer_step); an iteration ends with train_batch.
+        from deepspeed.runtime.pipe import engine as _pipe
+
+        _train_batch = _pipe.PipelineEngine.train_batch
+
+        def _traced_train_batch(self, *args, **kwargs):
+            if _STATE["done"]:
+                return _train_batch(self, *args, **kwargs)
+            label = f"mem_trace:train_batch:{_STATE['iteration']}:0"
+            _STATE["calls"].append(label)
+            with record_function(label):
+                out = _train_batch(self, *args, **kwargs)
+            _STATE["micro"] = -1
+            _STATE["iteration"] += 1
+            if _STATE["iteration"] > _STATE["target"]:
+                _finish()
+            return out
+        _pipe.PipelineEngine.train_batch = _traced_train_batch
