@@ -24,10 +24,16 @@ def saved_layer_bytes(m: ModelSpec, fw: Framework, k: Knobs):
     return stored * fw.saved_activation_factor, core_act * fw.saved_activation_factor
 
 
-def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
-    """Bytes of activations the (first, middle, last) stage keeps for its micro-batches in flight."""
+def layer_parts(m: ModelSpec, fw: Framework, k: Knobs):
+    """(stored, attention core, checkpoint) bytes of one layer and micro-batch on one GPU."""
     stored, core_act = saved_layer_bytes(m, fw, k)
-    ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
+    return stored, core_act, memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
+
+
+def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages, parts=None):
+    """Bytes of activations the (first, middle, last) stage keeps for its micro-batches in flight;
+    `parts`: layer_parts, when the caller has them."""
+    stored, core_act, ckpt = parts if parts is not None else layer_parts(m, fw, k)
     pp, vpp, n_micro, rc = k.pp, k.vpp, k.n_micro, k.recompute
     inflight_first = memory.inflight_microbatches(pp, vpp, n_micro, 0)
     inflight_last = memory.inflight_microbatches(pp, vpp, n_micro, pp - 1)
@@ -51,10 +57,10 @@ def stage_activations(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages):
     return act_first + inflight_first * pipe, act_mid + inflight_mid * pipe, act_last + inflight_last * pipe
 
 
-def backward_transient(m: ModelSpec, fw: Framework, k: Knobs, layers):
-    """What the layer in backward brings back on a stage of `layers` layers (memory.recompute_transient_bytes)."""
-    stored, core_act = saved_layer_bytes(m, fw, k)
-    ckpt = memory.checkpoint_bytes(m, k.tokens, k.tp, k.sp, k.precision)
+def backward_transient(parts, k: Knobs, layers):
+    """What the layer in backward brings back on a stage of `layers` layers (memory.recompute_transient_bytes),
+    from layer_parts."""
+    stored, core_act, ckpt = parts
     return memory.recompute_transient_bytes(stored, core_act, ckpt, k.recompute, layers,
                                             recomputed_layers(k, layers), k.ckpt_offload)
 
@@ -87,16 +93,13 @@ def one_stage_memory(fw: Framework, k: Knobs, stage_p, activations, logits, work
     work = where(keep_unsharded, stage_p / k.tp * k.act_bytes, working)
     grad_acc = where(keep_unsharded & (k.n_micro > 1), stage_p / k.tp * 4.0, 0.0)
     local = stage_p / k.tp
-    copies = (memory.zero0_step_copy_bytes(local, k.precision, k.zero, k.grad_comm, fw)
-              + memory.zero_step_copy_bytes(local, k.zero, k.shard, k.offload_optimizer, fw))
-    # At a ZeRO 1-3 step the weights and the optimizer state are live with the gradient partition and
-    # its copies; the activations, the buckets and (ZeRO-1) the full 16-bit gradients are freed.
+    zero0_copies = memory.zero0_step_copy_bytes(local, k.precision, k.zero, k.grad_comm, fw)
+    copies = zero0_copies + memory.zero_step_copy_bytes(local, k.zero, k.shard, k.offload_optimizer, fw)
     # The optimizer step's own peak, after the last backward: the activations are freed by then.
     # ZeRO 1-3: the weights and the optimizer state with the gradient partition and its copies (the full
     # 16-bit gradients of ZeRO-1 and the gradient buckets are freed too); stage 0: the whole state with
     # its optimizer's copies (memory.zero0_step_copy_bytes).
     gradients_at_step = memory.zero_step_peak_bytes(local, k.zero, k.shard, k.offload_optimizer, fw)
-    zero0_copies = memory.zero0_step_copy_bytes(local, k.precision, k.zero, k.grad_comm, fw)
     step = where(gradients_at_step > 0,
                  w + o + gradients_at_step + memory.persistent_comm_buffer_bytes(k.zero, k.pp, fw),
                  where(zero0_copies > 0, w + g + grad_acc + o + zero0_copies, 0.0))
@@ -137,11 +140,12 @@ def stage_memory(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages, sp: Stag
     FSDP + PP keeps the stage's weights gathered (layout_time.Zero3); `rows`: an array with one value
     per layout (the step time), so that constant items come out one per row."""
     pp = k.pp
-    act_first, act_mid, act_last = stage_activations(m, fw, k, stages)
+    parts = layer_parts(m, fw, k)
+    act_first, act_mid, act_last = stage_activations(m, fw, k, stages, parts)
     workspace = memory.backward_workspace_bytes(m, k.tokens, k.tp, k.precision)
     logits = memory.logits_bytes(m, k.tokens, k.tp, fw)
-    logits_first = memory.logits_at_peak_bytes(logits, backward_transient(m, fw, k, stages.first) + workspace, fw)
-    logits_last = memory.logits_at_peak_bytes(logits, backward_transient(m, fw, k, stages.last) + workspace, fw)
+    logits_first = memory.logits_at_peak_bytes(logits, backward_transient(parts, k, stages.first) + workspace, fw)
+    logits_last = memory.logits_at_peak_bytes(logits, backward_transient(parts, k, stages.last) + workspace, fw)
     working = zero3_working_bytes(fw, k, sp)
     first = one_stage_memory(fw, k, sp.first, act_first, where(pp <= 1, logits_first, 0.0), working, keep_unsharded)
     last = one_stage_memory(fw, k, sp.last, act_last, logits_last, working, keep_unsharded)

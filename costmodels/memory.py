@@ -110,17 +110,21 @@ def zero_step_peak_bytes(params, zero, shard, offload_optimizer, fw: Framework):
     (`zero_step_gradient_bytes` + `zero_step_copy_bytes`). The activations, the full 16-bit gradients
     (ZeRO-1) and the gradient buckets are freed by then (the boundary backward's epilogue, :758-796).
     Stage 3 (stage3.py) steps the same way. Offloaded optimizers step on the host: 0."""
-    per = fw.zero_step_gradient_bytes + fw.zero_step_copy_bytes
-    on_gpu = (asv(zero) >= ZERO1) & (asv(offload_optimizer) == OFF_NONE)
-    return where(on_gpu, asf(params) * per / asf(shard), 0.0)
+    return _zero_step_bytes(params, zero, shard, offload_optimizer,
+                            fw.zero_step_gradient_bytes + fw.zero_step_copy_bytes)
 
 
 def zero_step_copy_bytes(params, zero, shard, offload_optimizer, fw: Framework):
     """Of zero_step_peak_bytes, what the step allocates in new flat blocks the size of the partition
     (the flattened copy and its fp32 cast): blocks the cached activations cannot serve, so they add to
     what the caching allocator holds, as zero0_step_copy_bytes do at stage 0."""
+    return _zero_step_bytes(params, zero, shard, offload_optimizer, fw.zero_step_copy_bytes)
+
+
+def _zero_step_bytes(params, zero, shard, offload_optimizer, per_param):
+    """`per_param` bytes per parameter of the rank's ZeRO 1-3 partition, where the step runs on the GPU."""
     on_gpu = (asv(zero) >= ZERO1) & (asv(offload_optimizer) == OFF_NONE)
-    return where(on_gpu, asf(params) * fw.zero_step_copy_bytes / asf(shard), 0.0)
+    return where(on_gpu, asf(params) * per_param / asf(shard), 0.0)
 
 
 def comm_buffer_bytes(zero, pp, fw: Framework):
@@ -248,14 +252,15 @@ def stored_activation_bytes(stored, core, ckpt, recompute, layers, recomputed_la
     checkpoints wait in host memory and only the layer being recomputed is on the GPU (DeepSpeed
     0.16.2 checkpointing.py:530-531 copies each checkpoint to the CPU, :615-617 back for its backward).
     """
-    ckpt = where(ckpt_offload, 0.0, ckpt)
+    kept = where(ckpt_offload, 0.0, ckpt)
     recompute = asv(recompute)
     full_layers = where(recomputed_layers > 0, minimum(recomputed_layers, layers), layers)
     none_total = inflight * layers * (stored + core)
-    selective_total = inflight * layers * stored + core
-    full_total = (inflight * (full_layers * ckpt + (layers - full_layers) * (stored + core))
-                  + where(full_layers > 0, stored + core - ckpt, 0.0))
-    return where(recompute == RC_FULL, full_total, where(recompute == RC_SELECTIVE, selective_total, none_total))
+    selective_total = inflight * layers * stored
+    full_total = inflight * (full_layers * kept + (layers - full_layers) * (stored + core))
+    in_flight = where(recompute == RC_FULL, full_total, where(recompute == RC_SELECTIVE, selective_total, none_total))
+    return in_flight + recompute_transient_bytes(stored, core, ckpt, recompute, layers, recomputed_layers,
+                                                 ckpt_offload)
 
 
 def recompute_transient_bytes(stored, core, ckpt, recompute, layers, recomputed_layers, ckpt_offload=False):

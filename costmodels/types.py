@@ -541,6 +541,10 @@ class LayoutBatch:
         return LayoutBatch({k: v[index] for k, v in self.columns.items()})
 
 
+# The items of MemoryBreakdown alive together at the activation peak (MemoryBreakdown.activation_peak)
+ACTIVATION_PEAK_PARTS = ("weights", "grads", "optimizer", "activations", "logits", "comm_buffers", "workspace")
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
     """Bytes per GPU on the stage that peaks."""
@@ -567,7 +571,7 @@ class MemoryBreakdown:
     @property
     def activation_peak(self) -> float:
         """Live tensors at the activation peak (the end of the last forward / the start of backward)."""
-        return self.model_states + self.activations + self.logits + self.comm_buffers + self.workspace
+        return sum(getattr(self, part) for part in ACTIVATION_PEAK_PARTS)
 
     @property
     def allocated(self) -> float:

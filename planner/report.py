@@ -5,14 +5,12 @@ from __future__ import annotations
 import io
 
 from .emit.shell import comment_text as one_line
+from costmodels.types import ACTIVATION_PEAK_PARTS
 from costmodels.units import GiB, fmt_bytes, fmt_seconds
 
 from .breakdown import HIDDEN_LABELS
 from .evidence import evidence_lines
 from .text import MEMORY_LABELS, TIME_LABELS, step_peak_note
-
-# MemoryBreakdown.activation_peak's parts, as plan.json's memory_breakdown_bytes names them
-ACTIVATION_PEAK_PARTS = ("weights", "grads", "optimizer", "activations", "logits", "comm_buffers", "workspace")
 
 SOURCES = [
     ("Model FLOPs", "Narayanan et al. 2021 (arXiv:2104.04473) eq. 3; Korthikanti et al. 2022 (arXiv:2205.05198) eq. 7"),
