@@ -12,26 +12,34 @@ On the CPU, PyTorch decomposes torch.nn.functional.rms_norm into eager ops that 
 for backward; on CUDA it is one fused op (aten::_fused_rms_norm, pytorch/pytorch#153666) that saves its
 input and the fp32 reciprocal RMS per row. With MEM_TRACE_FUSED_RMSNORM=1 (the default) F.rms_norm is
 replaced here by an autograd function that saves exactly those two, so the CPU saves what the GPU saves.
+
+With HOST_TIME_REPORT=PREFIX set instead (benchmarks/gpu/host_time), nothing is profiled: the same CPU
+stand-ins are put in place and every engine call of iterations 1 to HOST_TIME_ITERS (default 6) is timed,
+wall clock (time.perf_counter_ns) and the thread's CPU time (time.thread_time_ns), into PREFIX.PID.json.
 """
 import os
 
 # torchrun's own process (no LOCAL_RANK) trains nothing: only its workers are traced.
-if os.environ.get("MEM_TRACE_REPORT") and "LOCAL_RANK" in os.environ:
+_TIMING = bool(os.environ.get("HOST_TIME_REPORT")) and not os.environ.get("MEM_TRACE_REPORT")
+if (os.environ.get("MEM_TRACE_REPORT") or _TIMING) and "LOCAL_RANK" in os.environ:
     import atexit
     import bisect
     import importlib.abc
     import importlib.util
     import json
     import sys
+    import time
 
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     _STACK = os.environ.get("MEM_TRACE_STACK", "0") == "1"
-    _PROF = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=_STACK)
-    _PROF.__enter__()
-    _STATE = {"iteration": 1, "micro": -1, "target": int(os.environ.get("MEM_TRACE_ITERS", "3")),
-              "done": False, "calls": []}
+    _PROF = None
+    if not _TIMING:
+        _PROF = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=_STACK)
+        _PROF.__enter__()
+    _ITERS = os.environ.get("HOST_TIME_ITERS", "6") if _TIMING else os.environ.get("MEM_TRACE_ITERS", "3")
+    _STATE = {"iteration": 1, "micro": -1, "target": int(_ITERS), "done": False, "calls": [], "times": []}
 
     if os.environ.get("MEM_TRACE_FUSED_RMSNORM", "1") == "1":
         from torch.nn import functional as _F
@@ -149,6 +157,12 @@ if os.environ.get("MEM_TRACE_REPORT") and "LOCAL_RANK" in os.environ:
         if _STATE["done"] or not _STATE["calls"]:
             return
         _STATE["done"] = True
+        if _TIMING:
+            report = {"calls": _STATE["times"], "iterations": _STATE["target"], "torch": torch.__version__,
+                      "rank": int(os.environ.get("RANK", "0")), "threads": torch.get_num_threads()}
+            with open(f"{os.environ['HOST_TIME_REPORT']}.{os.getpid()}.json", "w") as f:
+                json.dump(report, f)
+            return
         _PROF.__exit__(None, None, None)
         report = _phases()
         report["iterations"] = _STATE["target"]
@@ -181,6 +195,13 @@ if os.environ.get("MEM_TRACE_REPORT") and "LOCAL_RANK" in os.environ:
             # with several workers per node each is given its own, as GPUs are.
             _workers = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
             cpu_accelerator.CPU_Accelerator.device_count = lambda self: _workers
+            # The host-time runs train fp16 as vTrain's jobs did; the CPU accelerator refuses it
+            # (is_fp16_supported, supported_dtypes), though PyTorch's CPU ops take half tensors.
+            if _TIMING:
+                cpu_accelerator.CPU_Accelerator.is_fp16_supported = lambda self: True
+                _dtypes = cpu_accelerator.CPU_Accelerator.supported_dtypes
+                cpu_accelerator.CPU_Accelerator.supported_dtypes = (
+                    lambda self: list({*_dtypes(self), torch.float16}))
 
     if _engine is not None:
         def _traced(name):
@@ -196,8 +217,16 @@ if os.environ.get("MEM_TRACE_REPORT") and "LOCAL_RANK" in os.environ:
                     _STATE["micro"] += 1
                 label = f"mem_trace:{name}:{_STATE['iteration']}:{_STATE['micro']}"
                 _STATE["calls"].append(label)
-                with record_function(label):
+                if _TIMING:
+                    wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
                     out = original(self, *args, **kwargs)
+                    _STATE["times"].append({"call": name, "iteration": _STATE["iteration"],
+                                            "micro_batch": _STATE["micro"],
+                                            "wall_s": (time.perf_counter_ns() - wall) * 1e-9,
+                                            "cpu_s": (time.thread_time_ns() - cpu) * 1e-9})
+                else:
+                    with record_function(label):
+                        out = original(self, *args, **kwargs)
                 if boundary:
                     _STATE["micro"] = -1
                     _STATE["iteration"] += 1

@@ -1,0 +1,39 @@
+#!/bin/bash
+# Time the host's side of the emitted Megatron-DeepSpeed job on the CPU (README.md here).
+# Usage: benchmarks/gpu/host_time/run.sh OUT_DIR NAME [NAME ...]
+#   NAME is zZ-RECOMPUTE-mbsB-sS-lL-PRECISION, e.g. z0-full-mbs1-s64-l2-fp16 (ZeRO stage, recompute none/full,
+#   micro batch, sequence, layers, bf16/fp16); 8 micro-batches per iteration, HOST_TIME_ITERS (6) iterations.
+# Needs what benchmarks/gpu/op_count/count.sh needs: python3 with torch, deepspeed 0.16.2 and Megatron-DeepSpeed's
+# imports, `planner` on PATH, and MEGATRON_DS_DIR, DATA_PATH and TOKENIZER_MODEL exported.
+set -euo pipefail
+OUT=$(mkdir -p "${1:?usage: run.sh OUT_DIR NAME...}" && CDPATH= cd -P -- "$1" && pwd -P)
+shift
+HERE="$(CDPATH= cd -P -- "$(dirname -- "$0")" && pwd -P)"
+STAND_INS="$HERE/../stand_ins"
+PYPATH="$HERE/../mem_trace:$STAND_INS/apex:$STAND_INS/flash_attn:$STAND_INS/fused_softmax"
+python3 -c "import torchvision" 2>/dev/null || PYPATH="$PYPATH:$STAND_INS/torchvision"
+export PYTHONPATH="$PYPATH${PYTHONPATH:+:$PYTHONPATH}"
+# One thread: the ops are tiny, and the host's side of a GPU job is one Python thread.
+export LAUNCHER=torchrun CHECKPOINT_PATH="$OUT/checkpoints" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# The GPT-2 layers take Megatron's GPT2BPETokenizer, which training uses for its vocabulary size and end-of-
+# document id only (the data are token ids): without VOCAB_FILE / MERGE_FILE, a stand-in vocabulary of
+# 8,192 entries, enough for benchmarks/gpu/make_data.py's 8,000-token data.
+if [ -z "${VOCAB_FILE:-}" ]; then
+  export VOCAB_FILE="$OUT/vocab.json" MERGE_FILE="$OUT/merges.txt"
+  python3 -c 'import json, sys; json.dump({**{f"t{i}": i for i in range(8191)}, "<|endoftext|>": 8191}, open(sys.argv[1], "w"))' "$VOCAB_FILE"
+  echo "#version: 0.2" > "$MERGE_FILE"
+fi
+for name in "$@"; do
+  IFS=- read -r z rc mbs seq layers precision <<<"$name"
+  z=${z#z}; mbs=${mbs#mbs}; seq=${seq#s}; layers=${layers#l}
+  sed -e "s/^num_layers: .*/num_layers: $layers/" -e "s/^max_seq_len: .*/max_seq_len: $seq/" \
+    "$HERE/layers.yaml" > "$OUT/$name.yaml"
+  planner plan --model "$OUT/$name.yaml" --cluster A100-80GB --gpus 1 --tp 1 --pp 1 --global-batch $((8 * mbs)) \
+    --seq-len "$seq" --mbs "$mbs" --zero "$z" --recompute "$rc" $( [ "$rc" = full ] && echo --recompute-layers 0 ) \
+    --flash-attention false --precision "$precision" --out "$OUT/$name" --force > "$OUT/$name.plan.log"
+  rm -f "$OUT/$name".*.json
+  HOST_TIME_REPORT="$OUT/$name" bash "$OUT/$name/launch.sh" --train-iters "${HOST_TIME_ITERS:-6}" --lr-warmup-iters 1 \
+    --log-interval 1 --save '' --eval-iters 0 --eval-interval 1000 --num-workers 0 > "$OUT/$name.log" 2>&1 \
+    || { echo "$name: training failed, see $OUT/$name.log" >&2; exit 1; }
+  ls "$OUT/$name".*.json
+done
