@@ -106,7 +106,9 @@ def component_table(rows):
 def thin_constants(report, records):
     """Fitted constants constrained by fewer than THIN_RUNS runs or THIN_SOURCES sources (runs whose
     step time responds to the constant: fit.provenance), with the range their LOSO refits took (and
-    the catalog value)."""
+    the catalog value); for a constant of the machine (`varies_by_machine`: the host time per kernel,
+    whose prior is measured on one CPU) also its prior's spread, prior x e^(+-sigma), since a user's
+    host is not the hosts the sources ran on."""
     import fit as fitmod
 
     prepared = cases(records)
@@ -116,6 +118,8 @@ def thin_constants(report, records):
         if runs >= THIN_RUNS and len(sources) >= THIN_SOURCES:
             continue
         values = [v[k] for v in report["loso_refits"].values()] + [float(current[k])]
+        if p.varies_by_machine:
+            values += [p.prior * math.exp(-p.sigma), p.prior * math.exp(p.sigma)]
         out.append({"kind": p.kind, "groups": list(p.groups), "field": p.field,
                     "low": float(f"{min(values):.4g}"), "high": float(f"{max(values):.4g}"),
                     "catalog": float(f"{float(current[k]):.4g}"), "runs": runs, "sources": len(sources),
@@ -183,10 +187,12 @@ def write_file(table, rows, source_json, path=BAND_FILE):
         "#   refitted without each run's source (benchmarks/fit.py fit_memory); plus held-out runs): few, so at",
         "#   least +-10% (floor).",
         "# thin_constants: fitted constants that fewer than 20 runs or 3 sources constrain; the band varies",
-        "#   each over the range its LOSO refits took (low..high) and widens by the change (costmodels/bands.py).",
+        "#   each over the range its LOSO refits took (low..high; a constant of the machine, the host time per kernel,",
+        "#   also over its measured prior's spread) and widens by the change (costmodels/bands.py).",
         "# How the band is combined: costmodels/bands.py (widest applicable component, thin constants, floor).",
         f"# width_scale {table['step_time']['width_scale']}: FITTED here, so that each source's band, made from the",
-        "#   other sources' residuals only, holds for 80% of the runs (mean of sources).",
+        "#   other sources' residuals only, holds for 80% of the runs (mean of sources), and at least",
+        f"#   {WIDTH_SCALE_FLOOR} (ASSUMED: never narrower than the widest-of rule; benchmarks/bands.py WIDTH_SCALE_FLOOR).",
     ]
     body = yaml.safe_dump({"provenance": {"source_report": Path(str(source_json)).name,
                                           "commit": _git("rev-parse", "HEAD"),
@@ -234,11 +240,20 @@ def coverage_at(terms, scale) -> dict:
     return out
 
 
-def fit_width_scale(terms, target=B.LEVEL) -> float:
+# ASSUMED (2026-12-06): the band is widened to the stated level where the nested LOSO bands fall
+# short, never narrowed below the widest-of rule. The LOSO runs understate a new layout's error: with
+# vTrain's host floor measured (its LOSO error 23% -> 9%) the fitted scale fell to 0.656, and the
+# 50 held-out runs no fit sees were then inside for 34 (68%), the planner's own H100 jobs for 3 of 13.
+WIDTH_SCALE_FLOOR = 1.0
+
+
+def fit_width_scale(terms, target=B.LEVEL, floor=WIDTH_SCALE_FLOOR) -> float:
     """The width_scale at which the nested bands hold for `target` of the runs, mean of sources
-    (bisection: coverage grows with the scale)."""
+    (bisection: coverage grows with the scale), and at least `floor`."""
     mean = lambda s: float(np.mean([h / n for h, n in coverage_at(terms, s).values()]))  # noqa: E731
-    lo, hi = 0.05, 3.0
+    if mean(floor) >= target:
+        return floor
+    lo, hi = floor, 3.0
     if mean(hi) < target:
         return hi
     for _ in range(40):
@@ -342,8 +357,9 @@ def main(argv=None):
 
     terms = band_terms(nested, rows, records, prepared, report)
     table["step_time"]["width_scale"] = fit_width_scale(terms)
-    print(f"width_scale {table['step_time']['width_scale']}: the nested 80% bands hold for 80% of the runs "
-          f"(mean of sources); at 1 (widest-of rule alone) they held for "
+    print(f"width_scale {table['step_time']['width_scale']} (fitted, at least {WIDTH_SCALE_FLOOR}); "
+          f"fitted without the floor {fit_width_scale(terms, floor=0.05)}; at 1 (widest-of rule alone) the nested "
+          f"80% bands held for "
           f"{np.mean([h / n for h, n in coverage_at(terms, 1.0).values()]) * 100:.1f}%")
     print(f"step time: {len(rows)} runs; 80% band of log(predicted/measured) by component:")
     for name, e in table["step_time"]["components"].items():
