@@ -239,8 +239,9 @@ def test_width_scale_narrows_the_residual_part_of_the_band():
 
 def test_width_scale_widens_to_the_level_but_never_narrows_below_the_widest_of_rule():
     """benchmarks/bands.py fits width_scale on the nested LOSO coverage but floors it at 1: the LOSO runs
-    understate a new layout's error (fitted alone it fell to 0.656 on 2026-12-06, and the held-out runs
-    were then inside for 34 of 50, the test below's threshold failing)."""
+    understate a new layout's error (fitted alone it was 0.656 on 2026-12-06, on residuals narrowed by
+    the measured host time, and the held-out runs were then inside for 34 of 50, the test below's
+    threshold failing)."""
     import sys
     sys.path.insert(0, str(ROOT / "benchmarks"))
     pytest.importorskip("scipy")
