@@ -9,10 +9,7 @@ set -euo pipefail
 OUT=$(mkdir -p "${1:?usage: run.sh OUT_DIR NAME...}" && CDPATH= cd -P -- "$1" && pwd -P)
 shift
 HERE="$(CDPATH= cd -P -- "$(dirname -- "$0")" && pwd -P)"
-STAND_INS="$HERE/../stand_ins"
-PYPATH="$HERE/../mem_trace:$STAND_INS/apex:$STAND_INS/flash_attn:$STAND_INS/fused_softmax"
-python3 -c "import torchvision" 2>/dev/null || PYPATH="$PYPATH:$STAND_INS/torchvision"
-export PYTHONPATH="$PYPATH${PYTHONPATH:+:$PYTHONPATH}"
+. "$HERE/../stand_ins/pythonpath.sh" "$HERE/../mem_trace" fused_softmax
 # One thread: the ops are tiny, and the host's side of a GPU job is one Python thread.
 export LAUNCHER=torchrun CHECKPOINT_PATH="$OUT/checkpoints" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # The GPT-2 layers take Megatron's GPT2BPETokenizer, which training uses for its vocabulary size and end-of-

@@ -9,10 +9,7 @@ set -euo pipefail
 OUT=$(mkdir -p "${1:?usage: run.sh OUT_DIR NAME...}" && CDPATH= cd -P -- "$1" && pwd -P)
 shift
 HERE="$(CDPATH= cd -P -- "$(dirname -- "$0")" && pwd -P)"
-STAND_INS="$HERE/../stand_ins"
-PYPATH="$HERE:$STAND_INS/apex:$STAND_INS/flash_attn"
-python3 -c "import torchvision" 2>/dev/null || PYPATH="$PYPATH:$STAND_INS/torchvision"
-export PYTHONPATH="$PYPATH${PYTHONPATH:+:$PYTHONPATH}"
+. "$HERE/../stand_ins/pythonpath.sh" "$HERE"
 export LAUNCHER=torchrun CHECKPOINT_PATH="$OUT/checkpoints" OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 for name in "$@"; do
   IFS=- read -r z rc mbs seq layers pp <<<"$name"
