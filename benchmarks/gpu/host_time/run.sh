@@ -3,6 +3,7 @@
 # Usage: benchmarks/gpu/host_time/run.sh OUT_DIR NAME [NAME ...]
 #   NAME is zZ-RECOMPUTE-mbsB-sS-lL-PRECISION, e.g. z0-full-mbs1-s64-l2-fp16 (ZeRO stage, recompute none/full,
 #   micro batch, sequence, layers, bf16/fp16); 8 micro-batches per iteration, HOST_TIME_ITERS (6) iterations.
+#   HOST_TIME_LAYERS=FILE times another layer (default layers.yaml, vTrain's), HOST_TIME_FLASH=true with FlashAttention.
 # Needs what benchmarks/gpu/op_count/count.sh needs: python3 with torch, deepspeed 0.16.2 and Megatron-DeepSpeed's
 # imports, `planner` on PATH, and MEGATRON_DS_DIR, DATA_PATH and TOKENIZER_MODEL exported.
 set -euo pipefail
@@ -24,10 +25,10 @@ for name in "$@"; do
   IFS=- read -r z rc mbs seq layers precision <<<"$name"
   z=${z#z}; mbs=${mbs#mbs}; seq=${seq#s}; layers=${layers#l}
   sed -e "s/^num_layers: .*/num_layers: $layers/" -e "s/^max_seq_len: .*/max_seq_len: $seq/" \
-    "$HERE/layers.yaml" > "$OUT/$name.yaml"
+    "${HOST_TIME_LAYERS:-$HERE/layers.yaml}" > "$OUT/$name.yaml"
   planner plan --model "$OUT/$name.yaml" --cluster A100-80GB --gpus 1 --tp 1 --pp 1 --global-batch $((8 * mbs)) \
     --seq-len "$seq" --mbs "$mbs" --zero "$z" --recompute "$rc" $( [ "$rc" = full ] && echo --recompute-layers 0 ) \
-    --flash-attention false --precision "$precision" --out "$OUT/$name" --force > "$OUT/$name.plan.log"
+    --flash-attention "${HOST_TIME_FLASH:-false}" --precision "$precision" --out "$OUT/$name" --force > "$OUT/$name.plan.log"
   rm -f "$OUT/$name".*.json
   HOST_TIME_REPORT="$OUT/$name" bash "$OUT/$name/launch.sh" --train-iters "${HOST_TIME_ITERS:-6}" --lr-warmup-iters 1 \
     --log-interval 1 --save '' --eval-iters 0 --eval-interval 1000 --num-workers 0 > "$OUT/$name.log" 2>&1 \
