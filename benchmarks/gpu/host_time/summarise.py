@@ -58,15 +58,8 @@ def counted_kernels(recompute: str) -> float:
     """Kernels the cost model counts per layer and micro-batch for layers.yaml's layer (with the 2 per
     pass for entry and exit): forward, the recomputed forward with full recompute, and backward."""
     from costmodels.compute import _kernel_counts
-    from costmodels.types import ModelSpec
-    spec = yaml.safe_load((Path(__file__).parent / "layers.yaml").read_text())
-    m = ModelSpec(name=spec["name"], num_layers=spec["num_layers"], hidden=spec["hidden"],
-                  ffn_hidden=spec["ffn_hidden"], num_heads=spec["num_heads"], num_kv_heads=spec["num_kv_heads"],
-                  vocab=spec["vocab"], max_seq_len=spec["max_seq_len"], gated_mlp=spec["gated_mlp"],
-                  tied_embeddings=spec["tied_embeddings"], norm=spec["norm"], position=spec["position"],
-                  bias=spec["bias"], hidden_dropout=spec["hidden_dropout"],
-                  attention_dropout=spec["attention_dropout"])
-    fwd, bwd = _kernel_counts(m, False)
+    from planner.specs import load_model
+    fwd, bwd = _kernel_counts(load_model(Path(__file__).parent / "layers.yaml"), False)
     return float(fwd + 2.0) * (2.0 if recompute == "full" else 1.0) + float(bwd + 2.0)
 
 
