@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
-from planner.validation import Record, record_from_published, torchtitan_compiled
+from planner.validation import (Record, nemo_distributed_adam_framework, nemo_optim_dtype, record_from_published,
+                                 torchtitan_compiled)
 
 # Held-out runs (benchmarks/data/heldout_runs.yaml): never fitted, only predicted. Each is estimated
 # with the framework profile of its source; what it leaves out is filled as below (ASSUMED, stated).
@@ -125,6 +127,11 @@ def record_from_heldout(rec: dict) -> Record | None:
         rules.update(recompute="selective", sp_if_tp=True)
     copy = {**rec, "parallel": p, "cluster": {**rec["cluster"], "gpu": gpu}}
     out = record_from_published(copy, rules=rules, source=f"heldout:{prefix}")
+    optim_dtype = nemo_optim_dtype(rec)
+    if out is not None and optim_dtype and rules["framework"] == "megatron-core":
+        # NeMo's apex distributed Adam (DGX Cloud's NeMo recipes): its own optimizer state bytes
+        profile = nemo_distributed_adam_framework(rules["framework"], optim_dtype)
+        out = replace(out, case={**out.case, "framework": profile})
     return out
 
 

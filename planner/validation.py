@@ -171,6 +171,31 @@ def megatron_ddp_impl(rec: dict) -> str | None:
     return said.group(1) if said else None
 
 
+def nemo_optim_dtype(rec: dict) -> str | None:
+    """The optimizer dtype ("bf16" or "fp32") a record's notes quote for NeMo's distributed Adam
+    ("optim.dtype bf16"), else None."""
+    said = re.search(r"\boptim\.dtype (bf16|fp32)\b", str(rec.get("notes") or ""))
+    return said.group(1) if said else None
+
+
+def nemo_distributed_adam_framework(name: str, optim_dtype: str) -> dict:
+    """`name`'s cost profile with NeMo's optimizer, apex's DistributedFusedAdam (optim.name
+    distributed_fused_adam, bf16 with megatron_amp_O2), where Megatron-Core's distributed optimizer keeps
+    an fp32 master copy and fp32 moments, 12 bytes per parameter over dp. Apex keeps per parameter of its
+    shard exp_avg and exp_avg_sq in optim.dtype and, where it stores them, master weights
+    (apex b7a4acc1 apex/contrib/optimizers/distributed_fused_adam.py:455-479, StateBucket). NeMo stores
+    none when optim.dtype is the model's bf16, and only the low 16 bits of the fp32 master (int16
+    remainders beside the bf16 weights) when it is fp32 (NeMo v2.0.0 megatron_base_model.py:803-812;
+    apex's default, store_params, is overridden): 2 + 2 = 4 bytes or 4 + 4 + 2 = 10. The gradient buffer
+    is in grad_sync_dtype (apex :1189-1191), as the profile's grad_buffer_follows_comm has it. The
+    optimizer step's time is left as the profile's (38 bytes per local parameter, steptime.py)."""
+    profile = catalog.framework_dict(name)
+    table = {k: dict(v) for k, v in profile["state_bytes"].items()}
+    table["bf16"]["optimizer"] = {"bf16": 4, "fp32": 10}[optim_dtype]
+    profile["state_bytes"] = table
+    return profile
+
+
 def _pad_vocab(vocab: int, tp: int, framework: str) -> int:
     """Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by)."""
     if not framework.startswith("megatron"):

@@ -186,6 +186,22 @@ def test_heldout_records_take_what_their_own_sources_state():
     assert runs["torchtitan-202412-t4-70b-2d-asynctp-256gpu"]["parallel"]["tp_comm_overlap"] is False
 
 
+def test_heldout_nemo_runs_keep_apex_distributed_adam_state():
+    """DGX Cloud's NeMo recipes train with apex's DistributedFusedAdam, not Megatron-Core's distributed
+    optimizer. Nemotron-4 340B sets optim.dtype bf16 (dgxc-benchmarking 35a9aec
+    nemotron/nemotron4-340b-synth.yaml:186): no fp32 master copy and bf16 moments, 4 bytes per parameter
+    over dp, not 12; the 15B recipe sets none (fp32), so NeMo keeps int16 remainders of the master
+    weights beside the bf16 ones (NeMo v2.0.0 megatron_base_model.py:803-812): 10. With 12 the 340B
+    run on 128 GPUs, which trained, was predicted not to fit (81 GiB before the allocator's cache)."""
+    from benchmarks.heldout import load_heldout
+    records = [r for r in load_heldout() if r.id.startswith("dgxc2411")]
+    optimizer = {r.id: r.case["framework"]["state_bytes"]["bf16"]["optimizer"] for r in records}
+    assert optimizer == {"dgxc2411-nemotron4-340b-bf16-128gpu": 4, "dgxc2411-nemotron4-340b-bf16-2048gpu": 4,
+                         "dgxc2411-nemotron4-15b-bf16-16gpu": 10, "dgxc2411-nemotron4-15b-bf16-2048gpu": 10}
+    fits = {r.record.id: r.fits for r in evaluate(records)}
+    assert fits["dgxc2411-nemotron4-340b-bf16-128gpu"]
+
+
 def test_heldout_a100_40gb_runs_are_estimated_on_the_40gb_part():
     """The loader read every 'A100*' GPU as the 80 GB part: GLM-130B (96 DGX-A100 8x40G, arXiv:2210.02414
     §2.3) and BloombergGPT (p4d, 40 GB A100, arXiv:2303.17564 §3.3) would have had 40 GiB more memory.
