@@ -3,7 +3,8 @@
 # Usage: benchmarks/gpu/host_time/run.sh OUT_DIR NAME [NAME ...]
 #   NAME is zZ-RECOMPUTE-mbsB-sS-lL-PRECISION, e.g. z0-full-mbs1-s64-l2-fp16 (ZeRO stage, recompute none/full,
 #   micro batch, sequence, layers, bf16/fp16); 8 micro-batches per iteration, HOST_TIME_ITERS (6) iterations.
-#   HOST_TIME_LAYERS=FILE times another layer (default layers.yaml, vTrain's), HOST_TIME_FLASH=true with FlashAttention.
+#   HOST_TIME_LAYERS=FILE times another layer (default layers.yaml, vTrain's), HOST_TIME_FLASH=true with FlashAttention;
+#   HOST_SYNC=1 also counts where the job would make the host wait for the GPU (../mem_trace/host_syncs.py).
 # Needs what benchmarks/gpu/op_count/count.sh needs: python3 with torch, deepspeed 0.16.2 and Megatron-DeepSpeed's
 # imports, `planner` on PATH, and MEGATRON_DS_DIR, DATA_PATH and TOKENIZER_MODEL exported.
 set -euo pipefail
@@ -30,7 +31,8 @@ for name in "$@"; do
     --seq-len "$seq" --mbs "$mbs" --zero "$z" --recompute "$rc" $( [ "$rc" = full ] && echo --recompute-layers 0 ) \
     --flash-attention "${HOST_TIME_FLASH:-false}" --precision "$precision" --out "$OUT/$name" --force > "$OUT/$name.plan.log"
   rm -f "$OUT/$name".*.json
-  HOST_TIME_REPORT="$OUT/$name" bash "$OUT/$name/launch.sh" --train-iters "${HOST_TIME_ITERS:-6}" --lr-warmup-iters 1 \
+  sync=""; [ "${HOST_SYNC:-0}" = 1 ] && sync="$OUT/$name.syncs"
+  HOST_TIME_REPORT="$OUT/$name" HOST_SYNC_REPORT="$sync" bash "$OUT/$name/launch.sh" --train-iters "${HOST_TIME_ITERS:-6}" --lr-warmup-iters 1 \
     --log-interval 1 --save '' --eval-iters 0 --eval-interval 1000 --num-workers 0 > "$OUT/$name.log" 2>&1 \
     || { echo "$name: training failed, see $OUT/$name.log" >&2; exit 1; }
   ls "$OUT/$name".*.json

@@ -15,7 +15,8 @@ replaced here by an autograd function that saves exactly those two, so the CPU s
 
 With HOST_TIME_REPORT=PREFIX set instead (benchmarks/gpu/host_time), nothing is profiled: the same CPU
 stand-ins are put in place and every engine call of iterations 1 to HOST_TIME_ITERS (default 6) is timed,
-wall clock (time.perf_counter_ns) and the thread's CPU time (time.thread_time_ns), into PREFIX.PID.json.
+wall clock (time.perf_counter_ns) and the thread's CPU time (time.thread_time_ns), into PREFIX.PID.json;
+with HOST_SYNC_REPORT=PREFIX2 also, where the job would make the host wait for the device (host_syncs.py).
 """
 import os
 
@@ -39,7 +40,8 @@ if (os.environ.get("MEM_TRACE_REPORT") or _TIMING) and "LOCAL_RANK" in os.enviro
         _PROF = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=_STACK)
         _PROF.__enter__()
     _ITERS = os.environ.get("HOST_TIME_ITERS", "6") if _TIMING else os.environ.get("MEM_TRACE_ITERS", "3")
-    _STATE = {"iteration": 1, "micro": -1, "target": int(_ITERS), "done": False, "calls": [], "times": []}
+    _STATE = {"iteration": 1, "micro": -1, "target": int(_ITERS), "done": False, "calls": [], "times": [],
+              "call": None}
 
     if os.environ.get("MEM_TRACE_FUSED_RMSNORM", "1") == "1":
         from torch.nn import functional as _F
@@ -162,6 +164,11 @@ if (os.environ.get("MEM_TRACE_REPORT") or _TIMING) and "LOCAL_RANK" in os.enviro
                       "rank": int(os.environ.get("RANK", "0")), "threads": torch.get_num_threads()}
             with open(f"{os.environ['HOST_TIME_REPORT']}.{os.getpid()}.json", "w") as f:
                 json.dump(report, f)
+            if os.environ.get("HOST_SYNC_REPORT"):
+                import host_syncs
+                micro = sum(1 for t in _STATE["times"]
+                            if t["call"] == "forward" and t["iteration"] == host_syncs.ITERATION)
+                host_syncs.report(f"{os.environ['HOST_SYNC_REPORT']}.{os.getpid()}.json", micro)
             return
         _PROF.__exit__(None, None, None)
         report = _phases()
@@ -173,6 +180,12 @@ if (os.environ.get("MEM_TRACE_REPORT") or _TIMING) and "LOCAL_RANK" in os.enviro
             json.dump(report, f)
 
     atexit.register(_finish)
+
+    # HOST_SYNC_REPORT=PREFIX (with HOST_TIME_REPORT): where the job would make the host wait for the GPU
+    # (host_syncs.py here), counted over one iteration into PREFIX.PID.json; torch's part before DeepSpeed loads.
+    if _TIMING and os.environ.get("HOST_SYNC_REPORT"):
+        import host_syncs
+        host_syncs.install(_STATE)
 
     try:
         from deepspeed.runtime import engine as _engine
@@ -219,7 +232,11 @@ if (os.environ.get("MEM_TRACE_REPORT") or _TIMING) and "LOCAL_RANK" in os.enviro
                 _STATE["calls"].append(label)
                 if _TIMING:
                     wall, cpu = time.perf_counter_ns(), time.thread_time_ns()
-                    out = original(self, *args, **kwargs)
+                    outer, _STATE["call"] = _STATE["call"], name
+                    try:
+                        out = original(self, *args, **kwargs)
+                    finally:
+                        _STATE["call"] = outer
                     _STATE["times"].append({"call": name, "iteration": _STATE["iteration"],
                                             "micro_batch": _STATE["micro"],
                                             "wall_s": (time.perf_counter_ns() - wall) * 1e-9,
@@ -237,6 +254,9 @@ if (os.environ.get("MEM_TRACE_REPORT") or _TIMING) and "LOCAL_RANK" in os.enviro
 
         for _name in ("forward", "backward", "step"):
             _traced(_name)
+
+        if _TIMING and os.environ.get("HOST_SYNC_REPORT"):
+            host_syncs.install_accelerator()
 
         # Under pipeline parallelism DeepSpeed's PipelineEngine runs a whole iteration in train_batch: its
         # stages call the engine's forward (and the last stage its backward) per micro-batch, but not step
