@@ -1044,6 +1044,8 @@ def framework_from_dict(d: dict) -> Framework:
             zero3_rank_loop_host=_rank_loop(d, "host", what),
             zero3_rank_loop_copies=_rank_loop(d, "copies", what),
             zero3_reduce_tensors_per_layer=n("zero3_reduce_tensors_per_layer", 0.0),
+            zero3_module_hooks_forward=_module_hooks(d, "forward", what),
+            zero3_module_hooks_backward=_module_hooks(d, "backward", what),
             grad_accumulation_bytes=n("grad_accumulation_bytes"),
             layer_saves=_layer_saves(d, what),
             zero_step_gradient_bytes=_zero_step_bytes(d, "gradient_partition", what),
@@ -1091,7 +1093,7 @@ FRAMEWORK_KEYS = frozenset({
     "context_parallel",
     "offload_overlap", "zero3_gather_efficiency", "zero3_overlap", "param_gather_overlap", "zero3_live_layers",
     "zero3_recompute_gathers", "zero3_gathers_per_layer", "zero3_reduce_bucket_params",
-    "zero3_reduce_tensors_per_layer", "zero3_rank_loop", "zero3_live_params", "grad_buffer_follows_comm",
+    "zero3_reduce_tensors_per_layer", "zero3_rank_loop", "zero3_module_hooks", "zero3_live_params", "grad_buffer_follows_comm",
     "saved_activation_factor", "fp8_saved_input_bytes", "iteration_overhead", "microbatch_overhead",
     "host_overhead", "elementwise_traffic", "grad_accumulation_bytes", "state_bytes", "state_bytes_zero0",
     "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "cpu_offloading", "fused_softmax_max_seq", "allocator_fragmentation",
@@ -1174,6 +1176,17 @@ def _rank_loop(d: dict, key: str, what: str) -> float:
     value = loop.get(key, 0.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 100.0:
         raise SpecError(f"{what}: zero3_rank_loop.{key} must be a number in [0, 100], got {value!r}")
+    return float(value)
+
+
+def _module_hooks(d: dict, key: str, what: str) -> float:
+    """`zero3_module_hooks: {forward: x, backward: y}`: host time per module and pass, in counted kernels."""
+    hooks = d.get("zero3_module_hooks") or {}
+    if not isinstance(hooks, dict) or set(hooks) - {"forward", "backward"}:
+        raise SpecError(f"{what}: zero3_module_hooks must map forward and backward to numbers")
+    value = hooks.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 100.0:
+        raise SpecError(f"{what}: zero3_module_hooks.{key} must be a number in [0, 100], got {value!r}")
     return float(value)
 
 

@@ -314,6 +314,24 @@ def _kernel_counts(m: ModelSpec, flash):
     return fwd, bwd
 
 
+def zero3_hooked_modules(flash):
+    """Submodules one Megatron ParallelTransformerLayer runs per pass, each of which DeepSpeed's ZeRO-3
+    hooks before and after it runs, forward and backward (DeepSpeed 0.16.2 runtime/zero/parameter_offload.py
+    _register_hooks_recursively: every submodule): the layer, its 2 norms, the attention with its QKV and
+    output Linear and its core (FlashSelfAttention; without flash, CoreAttention with its
+    FusedScaleMaskSoftmax and Dropout modules), the MLP with its 2 Linear (Megatron-DeepSpeed 6acc370a
+    megatron/model/transformer.py ParallelTransformerLayer, ParallelAttention, CoreAttention, ParallelMLP)."""
+    return where(flash, 10.0, 12.0)
+
+
+def zero3_hooked_model_modules(m: ModelSpec):
+    """The same outside the layers, once per micro-batch: GPTModel, its TransformerLanguageModel, the
+    Embedding with its word embeddings, position module (learned positions, or RotaryEmbedding) and
+    dropout, the ParallelTransformer, its final norm, and an untied output layer
+    (megatron/model/gpt_model.py, language_model.py)."""
+    return 8.0 + (0.0 if m.tied_embeddings else 1.0)
+
+
 def tp_exposed_share(tp, pipelined):
     """Share of a TP collective left exposed when it is pipelined with its GEMM (Megatron-Core
     --tp-comm-overlap, Transformer Engine userbuffers): the GEMM is split into tp chunks and each

@@ -16,7 +16,7 @@ from .flops import model_flop_per_token, recompute_flop_per_token
 from .layout_memory import HostMemory, Memory, host_checkpoint_bytes, host_memory, stage_memory
 from .layout_time import (activation_offload_time, checkpoint_offload_time, comm_volumes, dp_overlap,
                           microbatch_bodies, param_offload_time, step_time,
-                          zero2_communication, zero3_communication)
+                          zero2_communication, zero3_communication, zero3_model_hooks)
 from .stages import Knobs, Stages, read_knobs, recomputed_layers, stage_layers, stage_params
 from .types import (LAYOUT_FIELDS, ClusterSpec, Estimate, Framework, Layout, LayoutBatch, MemoryBreakdown,
                     ModelSpec, TimeBreakdown)
@@ -104,7 +104,7 @@ def _estimate_chunk(m: ModelSpec, c: ClusterSpec, fw: Framework, lb) -> dict:
     mb_compute = bodies.first_compute               # what ZeRO-3 gathers and parameter fetches hide under
     zero3 = zero3_communication(c, fw, k, stages, sp, vol, mb_compute)
     # What every micro-batch adds on every stage:
-    per_mb_shared = {"zero_comm": zero3.per_microbatch,
+    per_mb_shared = {"zero_comm": zero3.per_microbatch, "hooks": zero3_model_hooks(m, fw, k),
                      "dp_comm": zero2_communication(c, k, sp, vol, overlap),
                      "offload": (param_offload_time(c, fw, k, sp, vol, mb_compute)
                                  + checkpoint_offload_time(m, c, k, stages)

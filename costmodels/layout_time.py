@@ -8,7 +8,7 @@ steptime.py; this module puts them together for `estimate._estimate_chunk`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .vec import asf, ceil, maximum, where
 
@@ -80,6 +80,11 @@ def layer_times(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs) -> LayerT
                                           flash=k.flash, precision=k.precision, sparsity=k.sparsity,
                                           tp_pipelined=k.tp_pipelined,
                                           grad_bytes_per_param=grad_accumulation_bytes_per_param(fw, k))
+    # DeepSpeed ZeRO-3's hooks around every submodule run on the host in each pass (the recompute
+    # forward's too): measured on the CPU per module (benchmarks/gpu/host_time, "ZeRO-3's hooks")
+    hooks = where(k.zero >= ZERO3, compute.zero3_hooked_modules(k.flash), 0.0) * fw.host_overhead_s
+    fwd = replace(fwd, host=fwd.host + hooks * fw.zero3_module_hooks_forward)
+    bwd = replace(bwd, host=bwd.host + hooks * fw.zero3_module_hooks_backward)
     cp_fwd, cp_bwd = context_parallel_exchange(m, c, fw, k, fwd, bwd)
     lf_gpu, lf_tp, lf_x = gpu_and_excess(fwd)
     lb_gpu, lb_tp, lb_x = gpu_and_excess(bwd)
@@ -416,6 +421,14 @@ def optimizer_time(c: ClusterSpec, k: Knobs, sp: StageParams):
     return opt_gpu, opt_host
 
 
+def zero3_model_hooks(m: ModelSpec, fw: Framework, k: Knobs):
+    """Host seconds per micro-batch of ZeRO-3's hooks on the modules outside the layers, forward and
+    backward. They run where each micro-batch starts and ends (DeepSpeed's throughput timer has just
+    synchronised the device, deepspeed/utils/timer.py:238), so nothing hides them."""
+    per_module = fw.zero3_module_hooks_forward + fw.zero3_module_hooks_backward
+    return where(k.zero >= ZERO3, compute.zero3_hooked_model_modules(m) * per_module * fw.host_overhead_s, 0.0)
+
+
 def step_time(c: ClusterSpec, fw: Framework, k: Knobs, bodies: Bodies, shared: dict, zero3: Zero3,
               sp: StageParams, vol: CommVolumes, overlap: DpOverlap) -> dict:
     """Seconds per step by component: the pipeline schedule over the stages' micro-batch times
@@ -441,5 +454,6 @@ def step_time(c: ClusterSpec, fw: Framework, k: Knobs, bodies: Bodies, shared: d
         "zero_comm": n_micro * shared["zero_comm"] + zero3.per_step,
         "offload": n_micro * shared["offload"] + opt_host,
         "optimizer": opt_gpu,
-        "overhead": n_micro * (on_slowest("excess") + fw.microbatch_overhead_s) + fw.iteration_overhead_s,
+        "overhead": n_micro * (on_slowest("excess") + fw.microbatch_overhead_s + shared["hooks"])
+                    + fw.iteration_overhead_s,
     }

@@ -352,6 +352,10 @@ class Framework:
     zero3_rank_loop_host: float = 0.0
     zero3_rank_loop_copies: float = 0.0
     zero3_reduce_tensors_per_layer: float = 0.0   # reduce-scatter calls per layer (one per tensor); 0: buckets
+    # Host time of ZeRO-3's per-module hooks (DeepSpeed's fetch / release around every submodule), per module
+    # the layer runs and per forward / backward pass, in counted kernels (x host_overhead_s); 0: none
+    zero3_module_hooks_forward: float = 0.0
+    zero3_module_hooks_backward: float = 0.0
     # What one layer saves for backward beyond the reference count (memory.layer_activation_bytes,
     # LAYER_SAVES): "expanded_kv", "attention_output", "gated_activation", "dropout_masks"
     layer_saves: tuple[str, ...] = ()

@@ -116,3 +116,16 @@ def test_summarise_takes_the_fastest_steady_micro_batch_per_layer_and_extrapolat
     assert by_seq[28] == pytest.approx(host + b * 28 * 28)
     got_host, got_b, resid = summarise.extrapolate(by_seq)
     assert got_host == pytest.approx(host) and got_b == pytest.approx(b) and resid < 1e-12
+
+
+def test_zero3_hook_constants_are_the_measured_ones():
+    """megatron-deepspeed.yaml's zero3_module_hooks are benchmarks/data/zero3_hooks.yaml's means (CPU time of
+    DeepSpeed ZeRO-3's per-module hooks, in counted kernels of the same passes), and the two layer
+    structures measured agree within a quarter: a cost per module, not per layer shape."""
+    data = yaml.safe_load((ROOT / "benchmarks" / "data" / "zero3_hooks.yaml").read_text())
+    fw = catalog.load_framework("megatron-deepspeed")
+    assert fw.zero3_module_hooks_forward == data["forward_kernels_per_module"]
+    assert fw.zero3_module_hooks_backward == data["backward_kernels_per_module"]
+    for call in ("forward", "backward"):
+        per_layer = [row[f"{call}_kernels_per_module"] for row in data["layers"]]
+        assert len(per_layer) == 2 and max(per_layer) / min(per_layer) < 1.25
