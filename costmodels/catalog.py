@@ -1170,23 +1170,22 @@ def _mapping(d: dict, key: str, what: str) -> dict:
 
 def _rank_loop(d: dict, key: str, what: str) -> float:
     """`zero3_rank_loop: {host: x, copies: y}`: work per rank and ZeRO-3 call."""
-    loop = d.get("zero3_rank_loop") or {}
-    if not isinstance(loop, dict) or set(loop) - {"host", "copies"}:
-        raise SpecError(f"{what}: zero3_rank_loop must map host and copies to numbers")
-    value = loop.get(key, 0.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 100.0:
-        raise SpecError(f"{what}: zero3_rank_loop.{key} must be a number in [0, 100], got {value!r}")
-    return float(value)
+    return _counts(d, "zero3_rank_loop", ("host", "copies"), key, what)
 
 
 def _module_hooks(d: dict, key: str, what: str) -> float:
     """`zero3_module_hooks: {forward: x, backward: y}`: host time per module and pass, in counted kernels."""
-    hooks = d.get("zero3_module_hooks") or {}
-    if not isinstance(hooks, dict) or set(hooks) - {"forward", "backward"}:
-        raise SpecError(f"{what}: zero3_module_hooks must map forward and backward to numbers")
-    value = hooks.get(key, 0.0)
+    return _counts(d, "zero3_module_hooks", ("forward", "backward"), key, what)
+
+
+def _counts(d: dict, name: str, keys: tuple[str, str], key: str, what: str) -> float:
+    """One number in [0, 100] of a framework mapping `name: {keys[0]: x, keys[1]: y}` (0 where absent)."""
+    table = d.get(name) or {}
+    if not isinstance(table, dict) or set(table) - set(keys):
+        raise SpecError(f"{what}: {name} must map {keys[0]} and {keys[1]} to numbers")
+    value = table.get(key, 0.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 100.0:
-        raise SpecError(f"{what}: zero3_module_hooks.{key} must be a number in [0, 100], got {value!r}")
+        raise SpecError(f"{what}: {name}.{key} must be a number in [0, 100], got {value!r}")
     return float(value)
 
 

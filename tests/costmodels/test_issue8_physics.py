@@ -1154,3 +1154,16 @@ def test_zero3_hooks_cost_the_host_per_module():
     # where the host is the slower side of a layer
     assert z3.step_time_s - z1.step_time_s >= 0.6 * 8 * (22 * 10 + 9) * host
     assert z3.step_time_s > 1.5 * z1.step_time_s
+
+
+@pytest.mark.parametrize("hooks, message", [({"forward": -1}, "zero3_module_hooks.forward must be a number"),
+                                            ({"forward": True}, "zero3_module_hooks.forward must be a number"),
+                                            ({"sideways": 1}, "must map forward and backward"),
+                                            ([1, 2], "must map forward and backward")])
+def test_zero3_module_hooks_are_checked(hooks, message):
+    """A framework file's zero3_module_hooks is refused with one line unless it maps forward / backward
+    to numbers in [0, 100]."""
+    d = catalog.framework_dict("megatron-deepspeed")
+    d["zero3_module_hooks"] = hooks
+    with pytest.raises(SpecError, match=message):
+        catalog.framework_from_dict(d)
