@@ -60,6 +60,8 @@ def install(state: dict) -> None:
         return call
 
     _STATE.update(counted=counted)
+    if os.environ.get("HOST_SYNC_BYTES") == "1":
+        _count_bytes(state)
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "cpu", "numpy", "nonzero",
                  "masked_select", "unique"):
         setattr(torch.Tensor, name, counted(f"Tensor.{name}", getattr(torch.Tensor, name)))
@@ -80,6 +82,41 @@ def install(state: dict) -> None:
         torch.distributed.barrier = counted("torch.distributed.barrier", torch.distributed.barrier)
 
 
+_BYTES: dict[tuple[str, int], list] = {}
+
+
+def _count_bytes(state: dict) -> None:
+    """HOST_SYNC_BYTES=1: also the bytes every ATen op of the counted iteration reads and writes (its tensor
+    inputs and outputs; copy_ reads its source and writes its destination), per engine call and micro-batch.
+    Views and bare allocations move nothing; collectives (c10d) are communication, which a one-rank job
+    does not show, and are left out."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Bytes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if state["iteration"] == ITERATION and state["call"]:
+                if torch.Tag.view_copy not in func.tags and not _is_view(func):
+                    ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+                    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+                    if func.__name__ == "copy_":        # reads the source, writes the destination
+                        outs = []
+                    moved = sum(t.numel() * t.element_size() for t in ins + outs)
+                    row = _BYTES.setdefault((state["call"], state["micro"]), [0, 0])
+                    row[0] += moved
+                    row[1] += 1
+            return out
+
+    Bytes().__enter__()
+
+
+def _is_view(func) -> bool:
+    """A view, or an allocation that writes nothing (empty, empty_like, empty_strided)."""
+    return (func.__name__.startswith("empty") or func.namespace == "c10d"
+            or any(a.alias_info is not None and not a.alias_info.is_write for a in func._schema.returns))
+
+
 def install_accelerator() -> None:
     """The same for DeepSpeed's accelerator (its CPU one here), once DeepSpeed is imported."""
     counted = _STATE["counted"]
@@ -97,5 +134,7 @@ def install_accelerator() -> None:
 
 def report(path: str, micro_batches: int) -> None:
     rows = [{"call": c, "kind": k, "site": s, "count": n} for (c, k, s), n in sorted(_COUNTS.items())]
+    moved = [{"call": c, "micro_batch": m, "bytes": b, "ops": n} for (c, m), (b, n) in sorted(_BYTES.items())]
     with open(path, "w") as f:
-        json.dump({"iteration": ITERATION, "micro_batches": micro_batches, "sites": rows}, f, indent=1)
+        json.dump({"iteration": ITERATION, "micro_batches": micro_batches, "sites": rows, "bytes": moved}, f,
+                  indent=1)
