@@ -1047,6 +1047,7 @@ def framework_from_dict(d: dict) -> Framework:
             zero3_module_hooks_forward=_module_hooks(d, "forward", what),
             zero3_module_hooks_backward=_module_hooks(d, "backward", what),
             grad_accumulation_bytes=n("grad_accumulation_bytes"),
+            zero_gradient_bytes=_zero_gradient_bytes(d, what),
             layer_saves=_layer_saves(d, what),
             zero_step_gradient_bytes=_zero_step_bytes(d, "gradient_partition", what),
             zero_step_copy_bytes=_zero_step_bytes(d, "flat_copies", what),
@@ -1071,6 +1072,7 @@ FRAMEWORK_RANGES = {
     "elementwise_traffic": (0.0, 100.0, True), "saved_activation_factor": (0.0, 100.0, True),
     "allocator_fragmentation": (0.0, 10.0, False), "zero3_live_params": (0.0, math.inf, False),
     "attention_speedup": (0.01, 100.0, False), "grad_accumulation_bytes": (0.0, 64.0, False),
+    "zero_gradient_bytes": (0.0, 256.0, False),
     "logits_bytes_per_element": (0.0, 64.0, False), "logits_bytes_per_element_tp": (0.0, 64.0, False),
     "fp8_saved_input_bytes": (0.0, 8.0, False),
     "state_bytes": (0.0, 64.0, False), "zero0_step_copy_bytes": (0.0, 256.0, False),
@@ -1094,7 +1096,7 @@ FRAMEWORK_KEYS = frozenset({
     "offload_overlap", "zero3_gather_efficiency", "zero3_overlap", "param_gather_overlap", "zero3_live_layers",
     "zero3_recompute_gathers", "zero3_gathers_per_layer", "zero3_reduce_bucket_params",
     "zero3_reduce_tensors_per_layer", "zero3_rank_loop", "zero3_module_hooks", "zero3_live_params", "grad_buffer_follows_comm",
-    "saved_activation_factor", "fp8_saved_input_bytes", "iteration_overhead", "microbatch_overhead",
+    "saved_activation_factor", "fp8_saved_input_bytes", "iteration_overhead", "microbatch_overhead", "zero_gradient_bytes",
     "host_overhead", "elementwise_traffic", "grad_accumulation_bytes", "state_bytes", "state_bytes_zero0",
     "zero0_shards_optimizer", "zero0_step_copy_bytes", "fsdp_pp_unsharded", "cpu_offloading", "fused_softmax_max_seq", "allocator_fragmentation",
     "cuda_context", "comm_buffers", "logits_bytes_per_element", "logits_bytes_per_element_tp", "layer_saves",
@@ -1176,6 +1178,26 @@ def _rank_loop(d: dict, key: str, what: str) -> float:
 def _module_hooks(d: dict, key: str, what: str) -> float:
     """`zero3_module_hooks: {forward: x, backward: y}`: host time per module and pass, in counted kernels."""
     return _counts(d, "zero3_module_hooks", ("forward", "backward"), key, what)
+
+
+def _zero_gradient_bytes(d: dict, what: str) -> dict:
+    """`zero_gradient_bytes: {zero2: {fp32: {each: a, partition: b}, 16bit: {...}}, zero3: {...}}` ->
+    {"zero2/fp32/each": a, ...}."""
+    table = d.get("zero_gradient_bytes") or {}
+    shape = "{zero2: {fp32: {each: a, partition: b}, 16bit: {...}}, zero3: {...}}"
+    if not isinstance(table, dict) or set(table) - {"zero2", "zero3"}:
+        raise SpecError(f"{what}: zero_gradient_bytes must be {shape}")
+    out = {}
+    for stage, by_comm in table.items():
+        if not isinstance(by_comm, dict) or set(by_comm) != {"fp32", "16bit"}:
+            raise SpecError(f"{what}: zero_gradient_bytes.{stage} must map fp32 and 16bit as in {shape}")
+        for comm, parts in by_comm.items():
+            if not isinstance(parts, dict) or set(parts) != {"each", "partition"}:
+                raise SpecError(f"{what}: zero_gradient_bytes.{stage}.{comm} must map each and partition to numbers")
+            for part, value in parts.items():
+                out[f"{stage}/{comm}/{part}"] = _framework_number(value, f"zero_gradient_bytes.{stage}.{comm}.{part}",
+                                                                  what)
+    return out
 
 
 def _counts(d: dict, name: str, keys: tuple[str, str], key: str, what: str) -> float:

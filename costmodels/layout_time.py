@@ -18,7 +18,7 @@ from .comm import (all_gather_time, members_per_domain, overlap_slowdown, p2p_ti
 from .layout_memory import saved_layer_bytes
 from .stages import Knobs, StageParams, Stages, recomputed_layers
 from .types import ClusterSpec, Framework, ModelSpec
-from .types import OFF_NONE, OFF_NVME, RC_FULL, RC_SELECTIVE  # named enum codes
+from .types import GC_FP32, OFF_NONE, OFF_NVME, RC_FULL, RC_SELECTIVE  # named enum codes
 from .types import ZERO0, ZERO2, ZERO3  # named ZeRO stage codes
 
 
@@ -69,9 +69,30 @@ BF16_OPTIMIZER_GRAD_BYTES = 18.0
 def grad_accumulation_bytes_per_param(fw: Framework, k: Knobs):
     """Bytes per parameter and micro-batch of gradient accumulation outside the weight-gradient GEMM:
     none under ZeRO-3 / FSDP (each micro-batch's gradient is reduce-scattered and dropped),
-    BF16_OPTIMIZER_GRAD_BYTES where DeepSpeed's BF16_Optimizer runs, else the framework's."""
+    BF16_OPTIMIZER_GRAD_BYTES where DeepSpeed's BF16_Optimizer runs, else the framework's; plus, under
+    ZeRO-2 and ZeRO-3, the framework's gradient path where it has one (`zero_gradient_bytes`)."""
     bf16_opt = memory.bf16_optimizer_in_use(k.precision, k.zero, fw)
-    return where(k.zero >= ZERO3, 0.0, where(bf16_opt, BF16_OPTIMIZER_GRAD_BYTES, fw.grad_accumulation_bytes))
+    out = where(k.zero >= ZERO3, 0.0, where(bf16_opt, BF16_OPTIMIZER_GRAD_BYTES, fw.grad_accumulation_bytes))
+    return out + zero_gradient_path_bytes(fw, k)
+
+
+def zero_gradient_path_bytes(fw: Framework, k: Knobs):
+    """What DeepSpeed's ZeRO-2 / ZeRO-3 gradient path reads and writes per parameter every micro-batch,
+    beyond what grad_accumulation_bytes_per_param charges without it: each gradient copied into the reduce bucket, the bucket
+    divided by dp and cast to the communication dtype, then, for the rank's 1/dp share, cast back and added
+    into the partition (DeepSpeed 0.16.2 stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads,
+    average_tensor, allreduce_bucket, copy_grads_in_partition; stage3.py likewise). ZeRO-1 runs it once
+    per step, at the last micro-batch. Counted on the CPU at dp 1 and 2 (benchmarks/gpu/host_time,
+    HOST_SYNC_BYTES): `each` + `partition` / dp."""
+    out = 0.0
+    for stage, code in (("zero2", ZERO2), ("zero3", ZERO3)):
+        if f"{stage}/fp32/each" not in fw.zero_gradient_bytes:
+            continue
+        comm = where(k.grad_comm == GC_FP32, 1.0, 0.0)
+        part = {p: comm * fw.zero_gradient_bytes[f"{stage}/fp32/{p}"]
+                + (1.0 - comm) * fw.zero_gradient_bytes[f"{stage}/16bit/{p}"] for p in ("each", "partition")}
+        out = out + where(k.zero == code, part["each"] + part["partition"] / asf(k.shard), 0.0)
+    return out
 
 
 def layer_times(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs) -> LayerTimes:

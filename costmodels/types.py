@@ -370,6 +370,10 @@ class Framework:
     zero_step_gradient_bytes: float = 0.0
     zero_step_copy_bytes: float = 0.0
     grad_accumulation_bytes: float = 0.0      # bytes per parameter per micro-batch of gradient accumulation
+    # ... more under ZeRO-2 / ZeRO-3: DeepSpeed's gradient path every micro-batch (bucket copy, scaling, casts,
+    # partition accumulation), "zero2/fp32/each" ... "zero3/16bit/partition": bytes per parameter on every rank,
+    # and bytes per parameter of the rank's 1/dp share; empty: none
+    zero_gradient_bytes: Mapping[str, float] = field(default_factory=dict)
                                               # outside the weight-gradient GEMM (0: fused into it)
     # "flash-attention-2": FlashAttention-2's sm80 kernels (capped on Blackwell by
     # GPU.flash_attention_2_peak_flop_per_s); "native": kernels built for each GPU's own tensor cores

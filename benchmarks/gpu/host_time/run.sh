@@ -5,7 +5,8 @@
 #   micro batch, sequence, layers, bf16/fp16); 8 micro-batches per iteration, HOST_TIME_ITERS (6) iterations.
 #   HOST_TIME_LAYERS=FILE times another layer (default layers.yaml, vTrain's), HOST_TIME_FLASH=true with FlashAttention;
 #   HOST_SYNC=1 also counts where the job would make the host wait for the GPU (../mem_trace/host_syncs.py), and with
-#   HOST_SYNC_BYTES=1 the bytes its ops move; HOST_TIME_GRAD_COMM=bf16 reduces gradients in bf16 (default fp32).
+#   HOST_SYNC_BYTES=1 the bytes its ops move; HOST_TIME_GRAD_COMM=bf16 reduces gradients in bf16 (default fp32);
+#   HOST_TIME_DP=2 trains on 2 workers (data parallel), each reporting.
 # Needs what benchmarks/gpu/op_count/count.sh needs: python3 with torch, deepspeed 0.16.2 and Megatron-DeepSpeed's
 # imports, `planner` on PATH, and MEGATRON_DS_DIR, DATA_PATH and TOKENIZER_MODEL exported.
 set -euo pipefail
@@ -28,7 +29,8 @@ for name in "$@"; do
   z=${z#z}; mbs=${mbs#mbs}; seq=${seq#s}; layers=${layers#l}
   sed -e "s/^num_layers: .*/num_layers: $layers/" -e "s/^max_seq_len: .*/max_seq_len: $seq/" \
     "${HOST_TIME_LAYERS:-$HERE/layers.yaml}" > "$OUT/$name.yaml"
-  planner plan --model "$OUT/$name.yaml" --cluster A100-80GB --gpus 1 --tp 1 --pp 1 --global-batch $((8 * mbs)) \
+  dp=${HOST_TIME_DP:-1}
+  planner plan --model "$OUT/$name.yaml" --cluster A100-80GB --gpus "$dp" --tp 1 --pp 1 --global-batch $((8 * mbs * dp)) \
     --seq-len "$seq" --mbs "$mbs" --zero "$z" --recompute "$rc" $( [ "$rc" = full ] && echo --recompute-layers 0 ) \
     --flash-attention "${HOST_TIME_FLASH:-false}" --precision "$precision" --grad-comm "${HOST_TIME_GRAD_COMM:-fp32}" \
     --out "$OUT/$name" --force > "$OUT/$name.plan.log"
