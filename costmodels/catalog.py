@@ -905,10 +905,22 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
         # 4 x hidden (the GPT default) only from a whole number; anything else ModelSpec refuses below
         hidden = data["hidden"]
         data["ffn_hidden"] = 4 * hidden if isinstance(hidden, int) and not isinstance(hidden, bool) else hidden
+    if isinstance(data.get("source"), str):
+        data["source"] = without_local_paths(data["source"])
     try:
         return ModelSpec(**data)
     except TypeError as exc:
         raise SpecError(f"model {data['name']}: {exc}") from None
+
+
+_LOCAL_PATH = re.compile(r"(?<![\w:/.])(?:~|[A-Za-z]:\\|/)[^\s'\"()\[\],;]*")
+
+
+def without_local_paths(text: str) -> str:
+    """`text` with each local absolute path ('/home/alice/ckpt/config.json', '~/x', 'C:\\x\\y') cut to its
+    last part, as a config.json's _name_or_path is (_hf_model_name): a model's `source` reaches plan.json.
+    URLs ('https://...') are kept."""
+    return _LOCAL_PATH.sub(lambda m: m.group(0).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or "?", text)
 
 
 def _hf_model_name(name_or_path, model_type) -> str:

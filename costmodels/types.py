@@ -17,6 +17,8 @@ import numpy as np
 from .errors import SpecError, leading_zero_hint
 from .units import currency_problem
 
+MAX_LAYERS = 10_000                # transformer layers of a model (real ones: up to a few hundred)
+
 
 class _Coded(str, Enum):
     """A string enum with a fixed integer code (its class's `_CODES` table, not its declaration order),
@@ -174,6 +176,11 @@ class ModelSpec:
                 raise SpecError(f"model '{self.name}': {name} must be a positive integer, got {value!r}{leading_zero_hint(value)}")
             if value > 10**9:
                 raise SpecError(f"model '{self.name}': {name} = {value} is beyond any real model (max 10^9)")
+        if self.num_layers > MAX_LAYERS:
+            # the deepest published transformers have a few hundred layers; a search over 10^9 of them ran
+            # for minutes before it said that none fits
+            raise SpecError(f"model '{self.name}': num_layers = {self.num_layers} is beyond any real model "
+                            f"(max {MAX_LAYERS:,})")
         if self.hidden % self.num_heads:
             raise SpecError(f"model '{self.name}': hidden {self.hidden} is not divisible by "
                             f"{self.num_heads} heads; pick heads that divide hidden")

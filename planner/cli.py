@@ -55,10 +55,9 @@ def estimate(case, as_json, tokens, calibration):
             from dataclasses import replace
 
             from .advice import PlanWarning
-            from .emit.plan_file import case_from_plan_json, load_plan_json
+            from .emit.plan_file import case_from_plan_json, defaults_used, load_plan_json
             result = api.estimate(case_from_plan_json(case), total_tokens=cli_token_budget(tokens), calibration=calibration)
-            made = [d for d in load_plan_json(case).get("defaults_used") or []
-                    if isinstance(d, str) and d.startswith(api.CALIBRATED_NOTE)]
+            made = [d for d in defaults_used(load_plan_json(case), case) if d.startswith(api.CALIBRATED_NOTE)]
             applied = [d for d in result.defaults if d.startswith(api.CALIBRATED_NOTE)]
             if made and made[0] not in applied:   # the plan's own figures were calibrated otherwise
                 uses = applied[0] if applied else "the catalog's"

@@ -197,11 +197,9 @@ def _check_rendered_fields(data: dict, case: dict, path) -> None:
         damaged(f"cost.currency: {problem}")
     if cost is not None and currency != cluster_currency:
         damaged(f"cost.currency {currency!r} is not inputs.cluster.currency {cluster_currency!r}")
-    for key in ("defaults_used", "warnings"):
-        if not isinstance(data.get(key, []), list):
-            raise SpecError(f"plan file '{path}' is damaged: {key} must be a list; re-run `planner plan --out`")
-    if not all(isinstance(d, str) for d in data.get("defaults_used", [])):
-        damaged("defaults_used must be a list of sentences")
+    if not isinstance(data.get("warnings", []), list):
+        raise SpecError(f"plan file '{path}' is damaged: warnings must be a list; re-run `planner plan --out`")
+    defaults_used(data, path)
     estimates = [("estimate", data.get("estimate"))]
     estimates += [(f"runner_ups[{i}].estimate", r.get("estimate") if isinstance(r, dict) else None)
                   for i, r in enumerate(data.get("runner_ups") or [])]
@@ -216,6 +214,16 @@ def _check_rendered_fields(data: dict, case: dict, path) -> None:
     if cands is not None and not (isinstance(cands, list) and all(
             isinstance(c, list) and all(_is_number(v) and 0 <= v < MAX_PLAN_NUMBER for v in c) for c in cands)):
         damaged("candidates must be rows of finite numbers (tokens/s per GPU, memory)")
+
+
+def defaults_used(data: dict, path) -> list[str]:
+    """A plan file's `defaults_used`, checked: a list of sentences (`planner estimate` reads the calibration
+    note among them, `planner explain` renders them)."""
+    notes = data.get("defaults_used", [])
+    if not isinstance(notes, list) or not all(isinstance(d, str) for d in notes):
+        raise SpecError(f"plan file '{path}' is damaged: defaults_used must be a list of sentences; "
+                        "re-run `planner plan --out`")
+    return notes
 
 
 def _check_memory_fields(est: dict, where: str, damaged) -> None:
