@@ -13,7 +13,8 @@ device has run everything queued before it, so the host cannot run ahead of the 
 On the CPU every tensor is a host tensor, so each call is counted by where it is made (the first frame
 outside torch), per engine call (forward, backward, step) or between them. Tensor.to(device) and .cuda()
 without non_blocking (kinds marked *) wait only for a host tensor, which is not visible here: those sites
-are read in the source. One iteration, HOST_SYNC_ITER (default 3), is counted."""
+are read in the source. One iteration, HOST_SYNC_ITER (default 3), is counted. With HOST_SYNC_BYTES=1 the
+same iteration's ATen ops also have their bytes summed (_count_bytes)."""
 import functools
 import json
 import os
@@ -48,7 +49,6 @@ def install(state: dict) -> None:
     running ("forward", "backward", "step") or is None between them. Called before DeepSpeed is imported
     (ZeRO-3's zero.Init keeps the torch.tensor it finds at import and puts it back when it exits), then
     install_accelerator after."""
-    _STATE.update(state=state)
 
     def counted(kind, original, when=None):
         @functools.wraps(original)
