@@ -97,7 +97,7 @@ def _count_bytes(state: dict) -> None:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if state["iteration"] == ITERATION and state["call"]:
-                if torch.Tag.view_copy not in func.tags and not _is_view(func):
+                if torch.Tag.view_copy not in func.tags and not _moves_nothing(func):
                     ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
                     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
                     if func.__name__ == "copy_":        # reads the source, writes the destination
@@ -111,8 +111,8 @@ def _count_bytes(state: dict) -> None:
     Bytes().__enter__()
 
 
-def _is_view(func) -> bool:
-    """A view, or an allocation that writes nothing (empty, empty_like, empty_strided)."""
+def _moves_nothing(func) -> bool:
+    """A view, an allocation that writes nothing (empty, empty_like, empty_strided), or a collective."""
     return (func.__name__.startswith("empty") or func.namespace == "c10d"
             or any(a.alias_info is not None and not a.alias_info.is_write for a in func._schema.returns))
 
