@@ -997,8 +997,9 @@ def framework_from_dict(d: dict) -> Framework:
     if d.get("attention_kernel", "flash-attention-2") not in ATTENTION_KERNELS:
         raise SpecError(f"{what}: attention_kernel must be {' or '.join(ATTENTION_KERNELS)}, "
                         f"got {d.get('attention_kernel')!r}")
-    if d.get("context_parallel", "ring") not in ("ring", "ulysses"):
-        raise SpecError(f"{what}: context_parallel must be ring or ulysses, got {d.get('context_parallel')!r}")
+    if d.get("context_parallel", "ring") not in ("ring", "ring_allgather", "ulysses"):
+        raise SpecError(f"{what}: context_parallel must be ring, ring_allgather or ulysses, "
+                        f"got {d.get('context_parallel')!r}")
     shards = d.get("zero0_shards_optimizer", []) or []
     if not isinstance(shards, list) or any(x not in PRECISION_NAMES for x in shards):
         raise SpecError(f"{what}: zero0_shards_optimizer must be a list of precisions "

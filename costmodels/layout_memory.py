@@ -142,10 +142,16 @@ def stage_memory(m: ModelSpec, fw: Framework, k: Knobs, stages: Stages, sp: Stag
     pp = k.pp
     parts = layer_parts(m, fw, k)
     act_first, act_mid, act_last = stage_activations(m, fw, k, stages, parts)
-    workspace = memory.backward_workspace_bytes(m, k.tokens, k.tp, k.precision)
+    # PyTorch's context parallel adds its ring's buffers to what a layer's backward holds (counted on top of
+    # the MLP's gradients, which are freed before the attention's backward: up to those high)
+    ring = (memory.ring_allgather_buffer_bytes(m, k.tokens, k.tp, k.cp, k.precision)
+            if fw.context_parallel == "ring_allgather" else 0.0)
+    workspace = memory.backward_workspace_bytes(m, k.tokens, k.tp, k.precision) + ring
     logits = memory.logits_bytes(m, k.tokens, k.tp, fw)
-    logits_first = memory.logits_at_peak_bytes(logits, backward_transient(parts, k, stages.first) + workspace, fw)
-    logits_last = memory.logits_at_peak_bytes(logits, backward_transient(parts, k, stages.last) + workspace, fw)
+    logits_first = memory.logits_at_peak_bytes(logits, backward_transient(parts, k, stages.first) + workspace, fw,
+                                               ring)
+    logits_last = memory.logits_at_peak_bytes(logits, backward_transient(parts, k, stages.last) + workspace, fw,
+                                              ring)
     working = zero3_working_bytes(fw, k, sp)
     first = one_stage_memory(fw, k, sp.first, act_first, where(pp <= 1, logits_first, 0.0), working, keep_unsharded)
     last = one_stage_memory(fw, k, sp.last, act_last, logits_last, working, keep_unsharded)

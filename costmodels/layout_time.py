@@ -49,8 +49,13 @@ class LayerTimes:
 
 def context_parallel_exchange(m: ModelSpec, c: ClusterSpec, fw: Framework, k: Knobs, fwd, bwd):
     """Exposed seconds of one layer's context-parallel exchange, (forward, backward): DeepSpeed-Ulysses'
-    all-to-alls or the ring's K/V passes."""
+    all-to-alls, the ring's K/V passes, or PyTorch's all-gathered K/V (repeated over all query heads,
+    torchtitan's repeat_kv) and fp32 dK/dV passes."""
     kv_bytes = k.tokens * 2.0 * m.hidden * m.num_kv_heads / m.num_heads * k.act_bytes / k.tp
+    if fw.context_parallel == "ring_allgather":
+        expanded = k.tokens * 2.0 * m.hidden / k.tp
+        return steptime.ring_allgather_exchange_time(expanded * k.act_bytes, expanded * 4.0, k.cp, k.tp,
+                                                     fwd.attention, bwd.attention, c)
     if fw.context_parallel == "ulysses":
         qkv = k.tokens * m.hidden * k.act_bytes / k.tp + kv_bytes
         cp_fwd = steptime.ulysses_exchange_time(qkv, k.tokens * m.hidden * k.act_bytes / k.tp, k.cp, k.tp, c)

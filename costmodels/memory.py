@@ -235,6 +235,23 @@ def backward_workspace_bytes(m: ModelSpec, tokens, tp, precision):
     return tokens * (2.0 * m.hidden + 2.0 * wide) * e / asf(tp)
 
 
+def ring_allgather_buffer_bytes(m: ModelSpec, tokens, tp, cp, precision):
+    """Bytes PyTorch's experimental context parallel holds while one layer's attention runs backward,
+    beyond what that backward holds without it (torch 2.6 torch/distributed/tensor/experimental/
+    _attention.py, _templated_ring_attention_backward). torchtitan (9dec370, models/llama/model.py)
+    hands it K and V after repeat_kv, so each of Q, K and V has E = tokens x h / t elements on a GPU:
+      - K and V of the whole ring, all-gathered once (the default rotate method, _AllGatherRotater):
+        2 cp E in 16 bits;
+      - K and V made contiguous, and the concatenation the ring sends on: 2 x 2E in 16 bits;
+      - dQ, dK and dV accumulated in fp32 (convert_to_f32): 3E x 4 bytes;
+      - dK and dV concatenated in fp32 for the next rank, and the pair in flight from the previous one
+        (an all-to-all, _AllToAllRotater): 2 x 2E x 4 bytes.
+    That is (2 cp + 4) E e + 28 E bytes; 0 without context parallelism."""
+    e = activation_bytes_per_element(precision)
+    elements = tokens * m.hidden / asf(tp)
+    return where(asf(cp) > 1, elements * ((2.0 * asf(cp) + 4.0) * e + 28.0), 0.0)
+
+
 def checkpoint_bytes(m: ModelSpec, tokens, tp, sp, precision):
     """Full recompute keeps only each layer's input, sbh x 2 bytes, split over TP with sequence
     parallelism or DeepSpeed's partition-activations (Korthikanti et al. 2022, §4.1)."""
@@ -273,15 +290,17 @@ def recompute_transient_bytes(stored, core, ckpt, recompute, layers, recomputed_
     return where(recompute == RC_FULL, full, where(recompute == RC_SELECTIVE, core, 0.0))
 
 
-def logits_at_peak_bytes(logits, backward_transient, fw: Framework):
+def logits_at_peak_bytes(logits, backward_transient, fw: Framework, ring=0.0):
     """What the loss's logits add to a stage's peak. Where the framework frees them before its backward
     peaks (`loss_frees_before_backward`: Megatron-DeepSpeed, traced on the CPU, benchmarks/gpu/mem_trace),
     the logits at their peak (the end of the last forward) and the backward's own transient (the layer
-    being recomputed and its activation gradients) never coexist, and only the part of the logits beyond
-    that transient counts; elsewhere both count (torchtitan's long-sequence readings sit 14% above the
-    model with the first reading, 4% with the second: not understood, so not generalised)."""
+    being recomputed and its activation gradients, `ring` buffers included) never coexist, and only the
+    part of the logits beyond that transient counts; elsewhere both count (torchtitan's long-sequence
+    readings sit 14% above the model with the first reading, 4% with the second: not understood, so not
+    generalised), except the context-parallel ring's buffers (ring_allgather_buffer_bytes, part of the
+    workspace), which live only inside a layer's attention backward, after the logits are freed."""
     if not fw.loss_frees_before_backward:
-        return logits
+        return maximum(logits - ring, 0.0)
     return maximum(logits - backward_transient, 0.0)
 
 

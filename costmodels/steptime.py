@@ -12,8 +12,8 @@ import numpy as np
 
 from .vec import asf, asv, ceil, clip, floor, lookup, maximum, minimum, where  # noqa: F401
 
-from .comm import (all_gather_time, all_to_all_time, members_per_domain, reduce_scatter_time, all_reduce_time,
-                   ring_call_latency, ring_pass_bandwidth_time)
+from .comm import (all_gather_time, all_to_all_time, members_per_domain, p2p_time, reduce_scatter_time,
+                   all_reduce_time, ring_call_latency, ring_pass_bandwidth_time)
 from .types import FP32, OFF_NONE, OFF_NVME, ZERO0  # named enum codes
 
 
@@ -101,6 +101,23 @@ def cp_exchange_time(kv_bytes, cp, stride, attention_time, cluster):
     latency = where(inside, cluster.nvlink_latency_s, cluster.network_latency_s)
     comm = (cp - 1) * (kv_bytes / rate + latency)
     return where(cp > 1, maximum(comm - attention_time, 0.0), 0.0)
+
+
+def ring_allgather_exchange_time(kv_bytes, dkv_bytes, cp, stride, fwd_attention, bwd_attention, cluster):
+    """(forward, backward) exposed seconds of PyTorch's context-parallel attention for one layer (torch 2.6
+    torch/distributed/tensor/experimental/_attention.py): `kv_bytes` of K and V per rank, all-gathered once
+    per pass (_AllGatherRotater) and waited on after the first of the cp blocks' attention; in backward,
+    after each block, dK and dV (`dkv_bytes`, fp32) go on to the next rank (_AllToAllRotater, a
+    permutation: one point-to-point send), waited on after the next block, the last after the loop. Each
+    block is 1/cp of the layer's attention (the load-balanced split)."""
+    cp = asf(cp)
+    k = members_per_domain(cp, stride, cluster.nvlink_domain)
+    gather = all_gather_time(cp * kv_bytes, cp, k, cluster)
+    dkv = p2p_time(dkv_bytes, k < cp, cluster)
+    block_f, block_b = fwd_attention / cp, bwd_attention / cp
+    fwd = maximum(gather - block_f, 0.0)
+    bwd = maximum(gather - block_b, 0.0) + (cp - 1.0) * maximum(dkv - block_b, 0.0) + dkv
+    return where(cp > 1, fwd, 0.0), where(cp > 1, bwd, 0.0)
 
 
 def ulysses_exchange_time(qkv_bytes, out_bytes, cp, stride, cluster):

@@ -322,7 +322,8 @@ class Framework:
     pp_scatter_gather: bool            # pipeline sends split over the TP ranks and all-gathered on receipt
     pp_overlap: float                  # share of interleaved (vpp > 1) pipeline sends hidden behind compute
     attention_speedup: float           # fused-attention kernel speed relative to FlashAttention-2
-    context_parallel: str              # "ulysses" (all-to-all over heads) or "ring" (K/V passed around)
+    context_parallel: str              # "ulysses" (all-to-all over heads), "ring" (K/V passed around) or
+                                       # "ring_allgather" (PyTorch's: K/V all-gathered, fp32 gradients passed around)
     offload_overlap: float             # share of CPU/NVMe parameter traffic hidden behind compute
     zero3_gather_efficiency: float     # achieved / ideal bandwidth of ZeRO-3 parameter gathers
     zero3_overlap: float               # share of ZeRO-3 gathers hidden behind compute

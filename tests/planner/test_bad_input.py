@@ -591,7 +591,7 @@ def test_force_through_a_link_replaces_its_target_without_renameat2(tmp_path, mo
     ("attention_head_dims: [true]", "attention_head_dims must be a list of whole numbers from 1 to 1024"),
     ("dp_overlapp: 0.3", "unknown field(s) dp_overlapp"),
     ("pp_scatter_gather: 'false'", "pp_scatter_gather must be true or false, got 'false'"),
-    ("context_parallel: banana", "context_parallel must be ring or ulysses, got 'banana'"),
+    ("context_parallel: banana", "context_parallel must be ring, ring_allgather or ulysses, got 'banana'"),
     ("attention_kernel: cudnn", "attention_kernel must be flash-attention-2 or native, got 'cudnn'"),
     ("zero0_shards_optimizer: bf16", "zero0_shards_optimizer must be a list of precisions"),
 ])
