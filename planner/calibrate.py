@@ -208,6 +208,9 @@ _MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: 
                   r"reserved: " + _NUM + r" \| max reserved: " + _NUM)
 # megatron/arguments.py _print_args: '  name ..... value'
 # (a launcher may prefix every line: pdsh 'worker-0: ', torchrun --tee '[default0]:')
+# What PyTorch prints when the caching allocator cannot serve an allocation (torch.OutOfMemoryError since
+# 2.1, before it a RuntimeError): "CUDA out of memory. Tried to allocate ..."
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
 _ARG = re.compile(r"^(?:\S{1,64}:)?\s+([a-z_0-9]+) \.+ (.*)$")
 CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attention_heads": "num_heads",
                 "num_key_value_heads": "num_kv_heads", "ffn_hidden_size": "ffn_hidden",
@@ -325,6 +328,10 @@ def parse_log(path) -> LogRun:
     if not iters and _looks_utf16(text):
         raise SpecError(f"log '{path}' is not UTF-8 text; it looks like UTF-16 (as Windows PowerShell's '>' "
                         "writes): save it as UTF-8")
+    if not iters and _OOM.search(text):
+        raise SpecError(f"log '{path}' has no iteration lines: the run ran out of GPU memory ('out of memory' "
+                        "in the log) before its first logged iteration; leave this log out (probe.sh prints "
+                        "the command with the logs of the candidates that ran)")
     if not iters:
         raise SpecError(f"log '{path}' has no iteration lines (Megatron-DeepSpeed's 'iteration N/M | ... "
                         "elapsed time per iteration (ms): X |'); is it a training log, with --log-interval set?")

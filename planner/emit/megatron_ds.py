@@ -256,9 +256,14 @@ PROBE_ITERS = 20     # steps each probe candidate runs: enough to pass warm-up a
 
 def probe_job(model: ModelSpec, layout: Layout, train_iters: int = PROBE_ITERS) -> Job:
     """The job of one probe candidate: the same arguments as launch.sh's, but a few iterations, a log line
-    every iteration, Megatron's timers at level 2 (--timing-log-level, arguments.py) and no checkpoint
-    (pretrain saves one after training when --save is set: training.py:245). The memory report
-    (utils.py report_memory) is printed after the first logged iteration without any flag."""
+    every iteration and no checkpoint (pretrain saves one after training when --save is set:
+    training.py:245). The memory report (utils.py report_memory) is printed after the first logged
+    iteration without any flag. Megatron's finer timers stay off (--timing-log-level 0, the default, as
+    in launch.sh): at level 2 the forward-compute, backward-compute and batch-generator timers run
+    (training.py:706-707, core/pipeline_parallel/schedules.py:183, 248), and each of their starts and
+    stops synchronises the device (timers.py:85, 95), about 6 times per micro-batch, only where the job
+    runs without a pipeline (DeepSpeed's PipelineEngine has none of them): the probe would time something
+    else than launch.sh, and pp 1 candidates slower than the others."""
     job = build_job(model, layout, 0.0)
     argv, out, i = list(job.argv), [], 0
     replace = {"--train-iters": str(train_iters), "--log-interval": "1",
@@ -274,6 +279,4 @@ def probe_job(model: ModelSpec, layout: Layout, train_iters: int = PROBE_ITERS) 
             continue
         out.append(a)
         i += 1
-    pos = out.index("--log-interval") + 2
-    out[pos:pos] = ["--timing-log-level", "2"]
     return Job(argv=tuple(out), ds_config=job.ds_config, env=job.env, train_iters=train_iters)

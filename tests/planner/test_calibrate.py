@@ -204,8 +204,9 @@ def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
     good = (probe_dir / "probe" / "1.log").read_text()
     cases = {
         "truncated": (mds_log(250.0, stop=7), ["1.log", "truncated", "7 of 20"]),
-        "empty": ("Traceback (most recent call last):\n  RuntimeError: CUDA out of memory\n",
-                  ["1.log", "no iteration lines"]),
+        "out-of-memory": ("Traceback (most recent call last):\n  torch.OutOfMemoryError: CUDA out of memory.\n",
+                          ["1.log", "no iteration lines", "ran out of GPU memory", "leave this log out"]),
+        "empty": ("using world size: 16\n", ["1.log", "no iteration lines", "--log-interval"]),
         "other-model": (mds_log(250.0, args={"num_layers": 32, "hidden_size": 4096}),
                         ["1.log", "another model", "num_layers 32"]),
         "other-batch": (mds_log(250.0, gbs=128), ["1.log", "another model", "global batch size 128"]),
