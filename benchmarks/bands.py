@@ -380,7 +380,8 @@ def main(argv=None):
         print()
         cov = coverage_at(terms, table["step_time"]["width_scale"])
         _print_cov("coverage of the 80% step-time band on the LOSO runs (nested: band made without the source; "
-                   "width_scale fitted on all of them, so 80% by construction):", cov)
+                   "width_scale fitted on all of them: 80% by construction, more where the width_scale floor "
+                   f"of {WIDTH_SCALE_FLOOR} binds):", cov)
         print()
         cov_in = coverage(lambda s: table, rows, records, prepared, report)
         _print_cov("coverage with the band file's own table (residuals of every source, incl. this one):", cov_in)

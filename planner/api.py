@@ -207,10 +207,13 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
              total_tokens=None, calibration=None) -> EstimateResult:
     """Estimate memory and step time of one layout.
 
-    Either `case` (a path to a case YAML or a mapping with model / cluster / parallel sections), or
-    `model`, `cluster` and `parallel` separately (each a preset name, a path or a mapping).
-    `calibration`: a calib.yaml path, a mapping of constants or a Calibration (planner.calibrate).
+    Either `case` (a path to a case YAML or to a plan.json / plan directory's plan.json, or a mapping
+    with model / cluster / parallel sections), or `model`, `cluster` and `parallel` separately (each a
+    preset name, a path or a mapping). `calibration`: a calib.yaml path, a mapping of constants or a
+    Calibration (planner.calibrate).
     """
+    if case is not None and not isinstance(case, Mapping) and str(case).lower().endswith(".json"):
+        return _estimate_plan_json(path_text(case, "case", "a plan.json path"), total_tokens, calibration)
     if case is None:
         data = {"model": model, "cluster": cluster, "parallel": parallel or {}}
         if framework:
@@ -242,6 +245,23 @@ def estimate(case=None, *, model=None, cluster=None, parallel=None, framework=No
 
 
 CALIBRATED_NOTE = "calibrated constants: "
+
+
+def _estimate_plan_json(path: str, total_tokens, calibration) -> EstimateResult:
+    """The layout a plan.json describes, estimated again (with the catalog, or `calibration`); warns when
+    the plan's own figures were made with another calibration."""
+    from dataclasses import replace
+
+    from .emit.plan_file import case_from_plan_json, defaults_used, load_plan_json
+    result = estimate(case_from_plan_json(path), total_tokens=total_tokens, calibration=calibration)
+    made = [d for d in defaults_used(load_plan_json(path), path) if d.startswith(CALIBRATED_NOTE)]
+    applied = [d for d in result.defaults if d.startswith(CALIBRATED_NOTE)]
+    if made and made[0] not in applied:   # the plan's own figures were calibrated otherwise
+        uses = applied[0] if applied else "the catalog's"
+        result = replace(result, warnings=result.warnings + (PlanWarning(
+            "uncalibrated", f"the plan was made with {made[0]}; this estimate uses {uses}",
+            "pass the same calib.yaml with --calibration to compare with the plan's figures"),))
+    return result
 
 
 def calibrated_note(constants: dict) -> str:

@@ -898,7 +898,8 @@ def calibration_text(cal: Calibration) -> str:
     kept = [n for n in NAMES if n not in cal.refitted]
     if kept:
         lines.append(f"  kept at the catalog value (no run's step time responds to it): {', '.join(kept)}")
-    lines.append("step-time error per run (predicted / measured - 1):")
+    lines.append("step-time error per run (predicted / measured - 1; before: with the catalog's constants, "
+                 "not those of a calibration the plan was made with):")
     for r, b, a in zip(cal.runs, cal.before, cal.after):
         lines.append(f"  {printable(shown_path(r.id))}: measured {r.measured_step_s * 1e3:.1f} ms, before {b * 100:+.1f}%, "
                      f"after {a * 100:+.1f}%")

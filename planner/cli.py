@@ -50,25 +50,7 @@ def estimate(case, as_json, tokens, calibration):
     from . import api
     from .text import estimate_text
 
-    def work():
-        if str(case).lower().endswith(".json"):
-            from dataclasses import replace
-
-            from .advice import PlanWarning
-            from .emit.plan_file import case_from_plan_json, defaults_used, load_plan_json
-            result = api.estimate(case_from_plan_json(case), total_tokens=cli_token_budget(tokens), calibration=calibration)
-            made = [d for d in defaults_used(load_plan_json(case), case) if d.startswith(api.CALIBRATED_NOTE)]
-            applied = [d for d in result.defaults if d.startswith(api.CALIBRATED_NOTE)]
-            if made and made[0] not in applied:   # the plan's own figures were calibrated otherwise
-                uses = applied[0] if applied else "the catalog's"
-                result = replace(result, warnings=result.warnings + (PlanWarning(
-                    "uncalibrated", f"the plan was made with {made[0]}; this estimate uses {uses}",
-                    "pass the same calib.yaml with --calibration to compare with the plan's figures"),))
-        else:
-            result = api.estimate(case, total_tokens=cli_token_budget(tokens), calibration=calibration)
-        return result
-
-    result = run_command(work)
+    result = run_command(lambda: api.estimate(case, total_tokens=cli_token_budget(tokens), calibration=calibration))
     if as_json:
         click.echo(to_json(result.to_dict()))
         return

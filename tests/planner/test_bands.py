@@ -116,6 +116,19 @@ def test_ties_are_labelled_on_a_crafted_plan():
     assert "## Model error" in md and TIE_LABEL in md and "| 3 |" in md
 
 
+def test_the_tie_break_puts_memory_safety_first():
+    """Among ties the first rule is no OOM risk: a tied layout whose upper memory band fits is preferred
+    over one that rests on fewer thin constants, a narrower band and a lower ZeRO stage but whose upper
+    band overflows (a review of 2026-12-07 dropped the OOM term and no test failed)."""
+    best = _entry(1, 10.0, 9.0, 11.0, mem=76e9, zero=1)                           # 76 GB + 10% > 80 GB
+    data = {"layout": best["layout"], "estimate": best["estimate"],
+            "runner_ups": [_entry(2, 10.2, 9.0, 11.8, mem=60e9, zero=3,
+                                  thin=("zero3_gather_efficiency (12 runs, 2 sources)",))]}
+    ties = annotate(data)
+    assert ties["tied_with_best"] == [2] and ties["oom_risk_ranks"] == [1]
+    assert ties["preferred_rank"] == 2
+
+
 def test_oom_risk_is_flagged():
     best = _entry(1, 10.0, 9.0, 11.0, mem=76e9, hbm=80e9)      # fits, but 76 GB + 10% > 80 GB
     data = {"layout": best["layout"], "estimate": best["estimate"], "runner_ups": []}
@@ -275,10 +288,11 @@ def test_the_host_time_per_kernel_varies_over_the_machines_spread_in_the_band():
     assert thin["high"] == pytest.approx(p.prior * math.exp(p.sigma), rel=1e-3)
 
 
-def test_band_coverage_on_the_held_out_runs_is_at_least_the_stated_rate():
-    """The 40 published runs no fit sees (benchmarks/data/heldout_runs.yaml), estimated with the
-    catalog: the 80% band holds for at least 80% of them, less two standard errors of a 40-run share
-    (sqrt(0.8 x 0.2 / 40) = 6 points). Measured: 40 of 40 (README, "Error bands")."""
+def test_band_coverage_on_the_held_out_runs_is_the_stated_rate():
+    """The 50 published runs no fit sees (benchmarks/data/heldout_runs.yaml), estimated with the
+    catalog: the 80% band holds for 80% of them within two standard errors of a 50-run share
+    (sqrt(0.8 x 0.2 / 50) = 5.7 points), on either side: a band that holds for all of them says more
+    than it knows. Measured: 39 of 50 (README, "Error bands")."""
     import sys
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from heldout import load_heldout
@@ -290,8 +304,8 @@ def test_band_coverage_on_the_held_out_runs_is_at_least_the_stated_rate():
         est = estimate(case.model, case.cluster, case.framework, case.layout)
         band = B.step_time_band(case.model, case.cluster, case.framework, case.layout, est)
         held += band.low <= rec.measured_step_s <= band.high
-    assert len(records) >= 40
-    assert held / len(records) >= B.LEVEL - 2 * math.sqrt(B.LEVEL * (1 - B.LEVEL) / len(records))
+    assert len(records) >= 50
+    assert abs(held / len(records) - B.LEVEL) <= 2 * math.sqrt(B.LEVEL * (1 - B.LEVEL) / len(records))
 
 
 def test_an_oom_risk_is_not_ranked_first_when_a_safe_layout_ties_with_it():

@@ -134,6 +134,7 @@ def test_cli_calibrate_on_probe_logs_then_estimate_and_plan(probe_dir, tmp_path)
     r = CliRunner().invoke(main, ["calibrate", *logs, "--out", str(calib)])
     assert r.exit_code == 0, r.output
     assert "before" in r.output and "after" in r.output and "MAPE" in r.output
+    assert "before: with the catalog's constants" in r.output    # not the plan's own calibration (review, 2026-12-07)
     data = yaml.safe_load(calib.read_text())
     assert set(data["constants"]) == {"compute_scale", "network_efficiency", "iteration_overhead_s",
                                       "host_overhead_s"}

@@ -40,6 +40,11 @@ def test_plan_json_estimate_and_explain_round_trip(tmp_path):
     again = CliRunner().invoke(main, ["estimate", str(out / "plan.json"), "--json"])
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["step_time_s"] == plan["estimate"]["step_time_s"]
+    # the Python API takes the plan.json as the CLI does (a review of 2026-12-07: "unknown key 'candidates'")
+    import planner
+    api = planner.estimate(out / "plan.json")
+    assert api.estimate.step_time_s == plan["estimate"]["step_time_s"]
+    assert api.step_time_band_s == tuple(plan["estimate"]["step_time_band_s"])
     report = CliRunner().invoke(main, ["explain", str(out / "plan.json")])
     assert report.exit_code == 0 and "## Why this layout" in report.stdout
     rerendered = CliRunner().invoke(main, ["explain", str(out / "plan.json"), "--out", str(tmp_path / "again")])
