@@ -445,9 +445,14 @@ def plan(model, cluster, *, gpus=None, gpus_per_node=None, global_batch=None, gl
                             global_batch_tokens=global_batch_tokens, seq_lens=seqs,
                             choices=choices, total_tokens=float(total_tokens or 0.0))
     objectives = parse_objectives(objective)
+    measured = None
+    if calibration is not None:     # the layouts the calibration's runs measured re-rank those candidates
+        from .calibrate import calibration_runs
+        from .measured import measured_layouts
+        measured = measured_layouts(calibration_runs(calibration), m.name, c.num_gpus)
     settings = SearchSettings(objectives=objectives, top_k=int(top_k), method=method,
                               storage=storage, study_name=study_name, seed=int(seed), trials=int(trials),
-                              progress=progress, notify=notify)
+                              progress=progress, notify=notify, measured=measured or None)
     found = search(m, c, profile, request, settings)
     warnings = [PlanWarning(*w) for w in model_warns]
     if "cost" in objectives and not c.price_per_gpu_hour:

@@ -27,6 +27,8 @@ from costmodels import catalog
 from costmodels.errors import SpecError
 from costmodels.units import parse_number
 
+from .measured import run_entry
+
 
 @dataclass(frozen=True)
 class Constant:
@@ -134,6 +136,16 @@ def made_on(runs) -> dict:
             raise SpecError(f"the runs are on {len(names)} {what}s ({', '.join(names)}): a calibration "
                             f"describes one cluster and framework; calibrate each {what} on its own runs")
     return {"gpu": runs[0].case.cluster.gpu.name, "framework": runs[0].case.framework.name}
+
+
+def calibration_runs(calibration) -> list | None:
+    """The runs a calibration was made on, as calib.yaml lists them (planner.measured reads their layouts);
+    None for a mapping of constants, which names no runs."""
+    if isinstance(calibration, (str, Path)):
+        return catalog.read_yaml_file(calibration, "calibration").get("runs")
+    if isinstance(calibration, Calibration):
+        return calibration.to_dict()["runs"]
+    return None
 
 
 def as_constants(calibration) -> dict:
@@ -734,8 +746,7 @@ class Calibration:
                 "bounds": {c.name: [c.low, c.high] for c in CONSTANTS},
                 "meaning": {c.name: c.what for c in CONSTANTS},
             },
-            "runs": [{"id": shown_path(r.id), "source": shown_path(r.source),
-                      "measured_step_s": float(f"{r.measured_step_s:.6g}"),
+            "runs": [{"id": shown_path(r.id), "source": shown_path(r.source), **run_entry(r.case, r.measured_step_s),
                       "error_before": float(f"{b:.4f}"), "error_after": float(f"{a:.4f}")}
                      for r, b, a in zip(self.runs, self.before, self.after)],
             "mape_before": float(f"{_mape(self.before):.4f}"),

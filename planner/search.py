@@ -29,6 +29,7 @@ from .objectives import pareto_front
 from .ranking import alternatives, family_codes, family_label, rank_rows
 from .result import Plan, SearchResult
 from .settings import SearchSettings
+from .measured import measured_first
 from .ties import safe_first
 
 LATTICE_LIMIT = 4_000_000      # layouts scored exhaustively; above this Optuna samples
@@ -78,6 +79,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, reques
             idx, est, cluster.gpu.hbm_bytes,
             lambda j: plan_at(0, j, tuple(float(o[j]) for o in objs), check=False),
             model, cluster, cost_fw, shown=settings.top_k > 1)
+    measured_why = ""
+    if settings.measured and settings.objectives[0] != "memory":
+        idx, measured_why = measured_first(
+            idx, lambda j: values_to_layout({k: int(cols[k][j]) for k in KNOBS}),
+            lambda j: float(est["tokens_per_step"][j]), settings.measured)
     include = () if displaced is None else (displaced,)
     plans = tuple(plan_at(i + 1, j, tuple(float(o[j]) for o in objs), family=family_label(fams[j]))
                   for i, j in enumerate(alternatives(idx, cols, settings.top_k, include)))
@@ -85,7 +91,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, reques
     if len(objs) == 2:
         pareto = tuple(plan_at(0, j, (float(objs[0][j]), float(objs[1][j])), check=False)
                        for j in pareto_front(objs[0], objs[1])[:PARETO_SHOWN])
-    why = ([safety] if safety else []) + why_best(plans[0], profile, space, Ctx(model, cluster, request.num_gpus),
+    why = [w for w in (measured_why, safety) if w] + why_best(plans[0], profile, space, Ctx(model, cluster, request.num_gpus),
                                                   cost_fw)
     return SearchResult(model=model, cluster=cluster, profile=profile, request=request, settings=settings,
                         plans=plans, pareto=pareto, method=method, considered=space.size(), checked=product,

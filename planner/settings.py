@@ -17,3 +17,4 @@ class SearchSettings:
     trials: int = 3000
     progress: object = None              # callable(done, total, best_value) or None
     notify: object = None                # callable(line): one-line notices ("resumed study ..."), or None
+    measured: dict = None                # {layout key: measured step s} of a calibration's runs (planner.measured)
