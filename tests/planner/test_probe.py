@@ -179,3 +179,16 @@ def test_probe_runs_each_candidates_arguments_and_names_the_logs_that_ran(probed
         assert log[log.index("--deepspeed_config") + 1].endswith(f"probe/ds_config_{plan.rank}.json")
     assert (f"planner calibrate probe/{result.plans[0].rank}.log probe/{result.plans[2].rank}.log "
             "--plan plan.json --out calib.yaml") in r.stdout
+
+
+def test_the_tie_the_rule_prefers_is_probed_too():
+    """A review of 2026-12-07: the tie-break rule preferred #4, `--probe 3` ran #1-#3 and the plan kept
+    #1, so no measurement ever compared the two. The probe now runs the preferred tie as well."""
+    result = planner.plan("llama2-7b", "H100-SXM", gpus=16, global_batch=512, top_k=5)
+    preferred = result.error_bands["ties"]["preferred_rank"]
+    assert preferred > 3                                   # the case shows it: ranked below the top 3
+    files = render_files(result, probe=3)
+    ranks = [c["rank"] for c in json.loads(files["plan.json"])["probe"]["candidates"]]
+    assert ranks == [1, 2, 3, preferred]
+    assert len(parse_probe_blocks(files["probe.sh"].decode())) == 4
+    assert f"probe/ds_config_{preferred}.json" in files
