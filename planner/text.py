@@ -94,7 +94,7 @@ def estimate_text(title: str, layout: Layout, est: Estimate, *, total_tokens: fl
     lines.append(f"  tokens/s         {est.tokens_per_s:,.0f} ({est.tokens_per_s_per_gpu:,.0f} per GPU)")
     lines.append(f"  model TFLOP/s    {est.model_flop_per_s_per_gpu / 1e12:.1f} per GPU   "
                  f"MFU {est.mfu * 100:.1f}%   HFU {est.hfu * 100:.1f}%")
-    status = "fits" if est.fits else "DOES NOT FIT"
+    status = ("fits only without the allocator's cache" if est.tight else "fits") if est.fits else "DOES NOT FIT"
     lines.append(f"  memory per GPU   {fmt_bytes(est.peak_memory_bytes)} of {fmt_bytes(est.hbm_bytes)}  "
                  f"({status}, headroom {fmt_bytes(est.headroom_bytes)})"
                  + _band(bands, "peak_memory_band_bytes", fmt_bytes))
