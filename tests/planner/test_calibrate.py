@@ -198,6 +198,26 @@ def _one_error(r, *words):
         assert w in lines[0], (w, lines[0])
 
 
+def test_a_log_interval_that_does_not_divide_the_iterations_is_not_truncation(probe_dir, tmp_path):
+    """Megatron logs every log_interval-th iteration: with 20 iterations at interval 3 the last line is
+    18 of 20, and the run finished (a review of 2026-12-07 got 'truncated'). 15 of 20 at interval 3 is
+    still cut short."""
+    from planner.calibrate import parse_log
+    good = (probe_dir / "probe" / "1.log").read_text()
+    lines = good.splitlines()
+    kept = [l for l in lines if " iteration " not in l or int(l.split("iteration")[1].split("/")[0]) % 3 == 0]
+    dump = ["------------------------ arguments ------------------------",
+            "  log_interval .................................... 3",
+            "-------------------- end of arguments ---------------------"]
+    log = tmp_path / "1.log"
+    log.write_text("\n".join(dump + kept) + "\n")
+    assert parse_log(log).step_s > 0
+    cut = [l for l in kept if " iteration " not in l or int(l.split("iteration")[1].split("/")[0]) <= 15]
+    log.write_text("\n".join(dump + cut) + "\n")
+    with pytest.raises(SpecError, match="truncated: its last iteration line is 15 of 20"):
+        parse_log(log)
+
+
 def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
     job = tmp_path / "job"
     (job / "probe").mkdir(parents=True)
