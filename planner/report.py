@@ -66,6 +66,11 @@ def render_figures(data: dict, result=None) -> dict[str, bytes]:
         ax.barh([0], [v], left=left, color=plt.cm.tab10(i % 10), label=MEMORY_LABELS[k])
         left += v
     ax.axvline(est["hbm_bytes"] / GiB, color="black", linestyle="--", label="HBM")
+    if "peak_memory_band_bytes" in est:       # the 80% band of the peak (issue 9)
+        lo, hi = (v / GiB for v in est["peak_memory_band_bytes"])
+        peak = est["peak_memory_bytes"] / GiB
+        ax.errorbar([peak], [0], xerr=[[max(peak - lo, 0.0)], [max(hi - peak, 0.0)]], fmt="none", ecolor="black",
+                    capsize=4, linewidth=1, label="80% band")
     ax.set_yticks([])
     ax.set_xlabel("GiB per GPU (peak pipeline stage)")
     ax.set_title("Memory per GPU")
@@ -123,6 +128,14 @@ def render_figures(data: dict, result=None) -> dict[str, bytes]:
                 label="Pareto front")
         ax.scatter([est["peak_memory_bytes"] / GiB], [est["tokens_per_s_per_gpu"]], color="tab:blue", s=40,
                    zorder=5, label="chosen")
+        if "peak_memory_band_bytes" in est and "step_time_band_s" in est:   # its 80% bands (issue 9)
+            m, t = est["peak_memory_bytes"] / GiB, est["tokens_per_s_per_gpu"]
+            mlo, mhi = (v / GiB for v in est["peak_memory_band_bytes"])
+            slo, shi = est["step_time_band_s"]
+            tlo, thi = t * est["step_time_s"] / shi, t * est["step_time_s"] / slo
+            ax.errorbar([m], [t], xerr=[[max(m - mlo, 0.0)], [max(mhi - m, 0.0)]],
+                        yerr=[[max(t - tlo, 0.0)], [max(thi - t, 0.0)]], fmt="none", ecolor="tab:blue",
+                        capsize=3, linewidth=1, zorder=4, label="chosen: 80% bands")
         ax.axvline(est["hbm_bytes"] / GiB, color="black", linestyle="--", linewidth=0.8)
         ax.set_xlabel("GiB per GPU")
         ax.set_ylabel("tokens/s per GPU")

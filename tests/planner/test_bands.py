@@ -440,3 +440,28 @@ def test_a_calibrated_constant_is_not_varied_back_to_the_catalogs_range():
     est = raw_estimate(case.model, case.cluster, fw, case.layout)
     assert not any(n.startswith("host_overhead_s") for n in B.step_time_band(case.model, case.cluster, fw,
                                                                             case.layout, est).thin)
+
+
+def test_every_plot_with_an_estimate_shows_its_80_percent_band(monkeypatch):
+    """Issue 9: 'as error bars in the plots'. A review of 2026-12-07 found them on layouts.png only; the
+    memory bar and the chosen point of the trade-off plot now carry them too."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    from planner.report import render_figures
+    from planner.serialise import plan_to_dict
+
+    calls = []
+    real = Axes.errorbar
+
+    def spy(self, *a, **k):
+        calls.append(k)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Axes, "errorbar", spy)
+    res = planner.plan("gpt-1.7b", "H100-SXM", gpus=8, global_batch=64, top_k=3)
+    figs = render_figures(plan_to_dict(res))
+    assert {"memory.png", "layouts.png", "tradeoff.png"} <= set(figs)
+    kinds = sorted((("xerr" in k) + 2 * ("yerr" in k)) for k in calls)
+    assert kinds == [1, 2, 3]     # memory (GiB, x), layouts (tokens/s, y), trade-off (both), in any order
