@@ -23,7 +23,8 @@ _BIN_PREFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": HOUR}
 
 # ASCII digits only: Python's \d and float() also take other scripts' digits ("１ TFLOP/s" read as 1)
-_QUANTITY = re.compile(r"^\s*([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ/$]*)\s*$")
+# (no two digit runs side by side: "[0-9]+\.?[0-9]*" backtracks quadratically on a long run of digits)
+_QUANTITY = re.compile(r"^\s*([-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ/$]*)\s*$")
 
 
 # What each dimension is called in messages, with an example of how to write it.

@@ -31,7 +31,7 @@ def path_text(value, what: str, takes: str) -> str:
 # default range 1M-4M = 2^20-2^22 tokens; Ki / Mi / Gi mean the same; a plain number (4194304, 4e6)
 # is taken as written.
 TOKEN_SUFFIXES = {"": 1, "K": 2**10, "KI": 2**10, "M": 2**20, "MI": 2**20, "G": 2**30, "GI": 2**30}
-_TOKEN_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_TOKEN_RE = re.compile(r"^\s*((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_tokens(text: str, option: str = "--global-batch-tokens") -> float:

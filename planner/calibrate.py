@@ -301,7 +301,6 @@ def _looks_utf16(text: str) -> bool:
 def parse_log(path) -> LogRun:
     text = catalog.read_text_file(path, "log", limit=MAX_LOG_BYTES, errors="replace")
     iters, fields, memory, args = [], {}, None, {}
-    log_interval = 1       # the args dump says otherwise (below)
     for number, line in _lines_to_read(text):
         m = _ITER.search(line)
         e = _ELAPSED.search(line, m.end()) if m else None
@@ -331,9 +330,6 @@ def parse_log(path) -> LogRun:
                               (float(x) for x in m.groups())))
             continue
         m = _ARG.match(line)
-        if m and m.group(1) == "log_interval" and m.group(2).strip().isdigit():
-            log_interval = max(1, int(m.group(2).strip()))
-            continue
         if m and (m.group(1) in CHECKED_ARGS or m.group(1) in CHECKED_FLAGS):
             name, value = m.group(1), m.group(2).strip()
             if args.get(name, value) != value:
@@ -353,7 +349,9 @@ def parse_log(path) -> LogRun:
                         "elapsed time per iteration (ms): X |'); is it a training log, with --log-interval set?")
     last, total = iters[-1][0], iters[-1][1]
     # Megatron logs every log_interval-th iteration (training.py: iteration % log_interval == 0): a run that
-    # finished logs its last multiple of the interval, which may be below the total
+    # finished logs its last multiple of the interval, which may be below the total. The interval is read
+    # off the last two iteration lines, not the argument dump, which a damaged log could make say anything.
+    log_interval = max(1, last - iters[-2][0]) if len(iters) > 1 else 1
     if last + log_interval <= total:
         raise SpecError(f"log '{path}' is truncated: its last iteration line is {last} of {total} "
                         "(the run stopped early or the log was cut)")

@@ -73,7 +73,7 @@ def os_error_text(exc: OSError) -> str:
 
 _ASCII_INT = re.compile(r"[+-]?[0-9]+")
 # (inf and nan pass, for the option's own range check to name)
-_ASCII_FLOAT = re.compile(r"[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
+_ASCII_FLOAT = re.compile(r"[+-]?(([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
 
 
 class AsciiInt(click.ParamType):
@@ -86,7 +86,9 @@ class AsciiInt(click.ParamType):
             return value
         text = str(value).strip()
         if not _ASCII_INT.fullmatch(text):
-            self.fail(f"{text!r} is not a whole number in ASCII digits (e.g. 8)", param, ctx)
+            self.fail(f"{text[:40]!r} is not a whole number in ASCII digits (e.g. 8)", param, ctx)
+        if len(text.lstrip("+-")) > 100:       # beyond any count here; int() refuses 4,300 digits with a traceback
+            self.fail(f"{text[:20]}... ({len(text)} characters) is beyond any value this option takes", param, ctx)
         return int(text)
 
 

@@ -48,11 +48,12 @@ def measured_layouts(runs, model: str, num_gpus: int, where: str = "calibration"
         if "layout" not in r:
             continue
         step = r.get("measured_step_s")
+        from .calibrate import MAX_STEP_S, MIN_STEP_S   # the range calibrate itself reads logs in
         if not isinstance(r["layout"], dict) or isinstance(step, bool) or not isinstance(step, (int, float)) \
-                or not (math.isfinite(step) and step > 0):
-            raise SpecError(f"{where}: runs[{i}] needs a layout mapping and a positive measured_step_s (write it "
-                            "again with `planner calibrate`)")
-        if r.get("model") != model or r.get("num_gpus") != num_gpus:
+                or not (math.isfinite(step) and MIN_STEP_S <= step <= MAX_STEP_S):
+            raise SpecError(f"{where}: runs[{i}] needs a layout mapping and a measured_step_s from "
+                            f"{MIN_STEP_S:g} s to {MAX_STEP_S:g} s (write it again with `planner calibrate`)")
+        if r.get("model") != model or type(r.get("num_gpus")) is not int or r.get("num_gpus") != num_gpus:
             continue
         key = _key(r["layout"])
         out[key] = min(float(step), out.get(key, math.inf))

@@ -33,7 +33,7 @@ _NOTED_LAST = ("recompute", "sequence_parallel", "offload_optimizer", "offload_p
 
 CASE_KEYS = {"model", "cluster", "parallel", "training", "framework", "name", "description"}
 TRAINING_KEYS = {"total_tokens", "framework"}
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 @dataclass(frozen=True)

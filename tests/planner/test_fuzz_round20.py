@@ -1,0 +1,77 @@
+"""Fuzzing round 20 (a helper's review, 2026-12-07: about 1,100 commands and 56,000 in-process inputs).
+Each test fails on the code before its fix."""
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from costmodels.errors import SpecError
+from planner.cli import main
+from planner.measured import measured_layouts
+
+sys.path.insert(0, str(Path(__file__).parent))
+from mds_log import mds_log  # noqa: E402
+
+DIGITS = "1" * 200_000 + "!"
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def _within(seconds, fn, *args):
+    """fn(*args) must return or raise within `seconds` (the patterns backtracked quadratically: 200,000
+    digits took hours)."""
+    def alarm(*_):
+        raise _TooSlow()
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        try:
+            fn(*args)
+        except (SpecError, ValueError):
+            pass
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("path", ["units", "tokens", "float", "plain"])
+def test_a_long_run_of_digits_is_refused_at_once(path):
+    from costmodels import units
+    from planner import arguments, cli_common, specs
+    fn = {"units": lambda t: units._QUANTITY.match(t),
+          "tokens": lambda t: arguments._TOKEN_RE.match(t),
+          "float": lambda t: cli_common._ASCII_FLOAT.fullmatch(t),
+          "plain": lambda t: specs._PLAIN_NUMBER.fullmatch(t)}[path]
+    _within(5, fn, DIGITS)
+
+
+def test_a_whole_number_option_of_thousands_of_digits_is_one_error_line():
+    r = CliRunner().invoke(main, ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "1" * 4301])
+    assert r.exit_code == 2 and r.exception is None or isinstance(r.exception, SystemExit), r.output
+    assert "Traceback" not in r.output and "beyond any value" in r.output
+
+
+def test_the_log_interval_is_read_off_the_iteration_lines(tmp_path):
+    """A damaged dump ('log_interval ... ²', or 10^6 on a log cut at 20 of 1000) neither crashes nor
+    hides a truncation."""
+    from planner.calibrate import parse_log
+    log = tmp_path / "1.log"
+    log.write_text("  log_interval ........ \u00b2\n" + mds_log(250.0))
+    assert parse_log(log).step_s == pytest.approx(0.25)
+    cut = mds_log(250.0, train_iters=1000, stop=20)
+    log.write_text("  log_interval ........ 1000000\n" + cut)
+    with pytest.raises(SpecError, match="truncated"):
+        parse_log(log)
+
+
+def test_a_calibration_run_outside_any_real_step_time_is_refused():
+    base = {"model": "m", "num_gpus": 8, "layout": {"tp": 1}}
+    for step in (5e-324, 1e-300, 1e300, 0.0):
+        with pytest.raises(SpecError, match="measured_step_s"):
+            measured_layouts([dict(base, measured_step_s=step)], "m", 8)
+    assert measured_layouts([dict(base, measured_step_s=2.0, num_gpus=8.0)], "m", 8) == {}
+    assert len(measured_layouts([dict(base, measured_step_s=2.0)], "m", 8)) == 1
