@@ -390,6 +390,12 @@ def gpu_from_dict(d: dict) -> GPU:
     if any(0 < x < 1e11 for x in peak.values()):         # 100 GFLOP/s: below any GPU of this century
         raise SpecError(f"{what}: a peak below 100 GFLOP/s is not a GPU's (got {peak_raw!r}); write it with its "
                         "unit, e.g. bf16: 989 TFLOP/s")
+    low = [k for k in ("fp8", "fp6", "fp4", "int8") if peak.get(k, 0) > 0]
+    if low and not any(peak.get(k, 0) > 0 for k in ("fp16", "bf16")):
+        # fp8 / fp4 GEMMs run beside 16-bit attention, norms and optimizer work (compute.py): without a
+        # 16-bit rate every estimate came out NaN (fuzzing round 20)
+        raise SpecError(f"{what}: peak gives {', '.join(low)} but no positive bf16 or fp16 rate, which the layers "
+                        f"around the low-precision GEMMs run at; add one (e.g. bf16: 989 TFLOP/s)")
     if not any(peak.get(k, 0) > 0 for k in ("fp32", "tf32", "fp16", "bf16")):
         raise SpecError(f"{what}: peak needs a positive fp32, fp16 or bf16 rate (e.g. bf16: 989 TFLOP/s), "
                         f"got {peak_raw!r}")

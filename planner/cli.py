@@ -52,7 +52,7 @@ def estimate(case, as_json, tokens, calibration):
 
     result = run_command(lambda: api.estimate(case, total_tokens=cli_token_budget(tokens), calibration=calibration))
     if as_json:
-        click.echo(to_json(result.to_dict()))
+        click.echo(run_command(lambda: to_json(result.to_dict())))   # a non-finite figure is one error line
         return
     c = result.case
     title = (f"{one_line(c.model.name)} on {c.layout.world} x {one_line(c.cluster.gpu.name)} "

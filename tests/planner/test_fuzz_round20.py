@@ -75,3 +75,20 @@ def test_a_calibration_run_outside_any_real_step_time_is_refused():
             measured_layouts([dict(base, measured_step_s=step)], "m", 8)
     assert measured_layouts([dict(base, measured_step_s=2.0, num_gpus=8.0)], "m", 8) == {}
     assert len(measured_layouts([dict(base, measured_step_s=2.0)], "m", 8)) == 1
+
+
+@pytest.mark.parametrize("peak", ["{fp32: 67 TFLOP/s, fp8: 1978.9 TFLOP/s}",
+                                  "{bf16: 0 FLOP/s, fp32: 67 TFLOP/s, fp8: 1978.9 TFLOP/s}"])
+def test_a_gpu_with_fp8_and_no_16_bit_rate_is_one_error_line(tmp_path, peak):
+    """Every estimate came out NaN (text: 'step time nan us', rc 0; --json: a traceback)."""
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(f"name: FP8andFP32\nhbm: 80 GiB\nhbm_bandwidth: 3.35 TB/s\npeak: {peak}\nnum_sms: 132\n"
+                   "gemm_tile_intensity: 32\n")
+    case = tmp_path / "case.yaml"
+    case.write_text(f"model: llama2-7b\ncluster: {{gpu: {gpu}, num_gpus: 8}}\nparallel: {{precision: fp8}}\n"
+                    "framework: megatron-core\n")
+    for extra in ([], ["--json"]):
+        r = CliRunner().invoke(main, ["estimate", str(case), *extra])
+        assert r.exit_code == 2, r.output
+        lines = [line for line in r.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and "bf16 or fp16" in lines[0], r.output
