@@ -27,7 +27,7 @@ from costmodels import catalog
 from costmodels.errors import SpecError
 from costmodels.units import parse_number
 
-from .measured import run_entry
+from .measured import MAX_STEP_S, MIN_STEP_S, run_entry
 
 
 @dataclass(frozen=True)
@@ -235,8 +235,6 @@ CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attent
 # are what launch.sh passes for recomputation, planner/emit/megatron_ds.py).
 CHECKED_FLAGS = ("fp16", "bf16", "checkpoint_activations", "recompute_granularity")
 WARMUP_ITERS = 3        # the first iterations include compilation, allocator growth and NCCL setup
-# No training step is shorter than a millisecond or longer than a day (outside: a damaged log or file).
-MIN_STEP_S, MAX_STEP_S = 1e-3, 86400.0
 
 
 @dataclass(frozen=True)

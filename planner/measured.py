@@ -16,6 +16,9 @@ from costmodels.units import fmt_seconds
 from .serialise import layout_dict
 from .text import layout_line
 
+# No training step is shorter than a millisecond or longer than a day (outside: a damaged log or file);
+# calibrate reads logs and runs files in this range too.
+MIN_STEP_S, MAX_STEP_S = 1e-3, 86400.0
 # Ranked rows looked at for a measured layout: the candidates a probe ran are among the plan's top few,
 # and a replan with the same request ranks them near the top again.
 MEASURED_SCAN = 200
@@ -48,7 +51,6 @@ def measured_layouts(runs, model: str, num_gpus: int, where: str = "calibration"
         if "layout" not in r:
             continue
         step = r.get("measured_step_s")
-        from .calibrate import MAX_STEP_S, MIN_STEP_S   # the range calibrate itself reads logs in
         if not isinstance(r["layout"], dict) or isinstance(step, bool) or not isinstance(step, (int, float)) \
                 or not (math.isfinite(step) and MIN_STEP_S <= step <= MAX_STEP_S):
             raise SpecError(f"{where}: runs[{i}] needs a layout mapping and a measured_step_s from "
