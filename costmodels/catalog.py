@@ -513,7 +513,8 @@ def _at_least(value: float, low: float, what: str, shown: str) -> float:
 
 
 def _name(value, what: str) -> str:
-    """A name shown in reports and written into comments of launch.sh: a short one-line string."""
+    """A name shown in reports and written into comments of launch.sh: a short one-line string, a local
+    absolute path in it cut to its last part ('/home/alice/gpus/h100' -> 'h100', without_local_paths)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise SpecError(f"{what}: expected a string, got {value!r}")
     text = str(value)
@@ -521,7 +522,7 @@ def _name(value, what: str) -> str:
         raise SpecError(f"{what} {text!r} contains a NUL character")
     if not text.strip() or len(text) > 200:
         raise SpecError(f"{what}: expected a non-empty name of at most 200 characters, got {text[:40]!r}")
-    return text
+    return without_local_paths(text)
 
 
 def _printable_name(text: str, what: str) -> str:
@@ -901,6 +902,8 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     if act is not None and "gated_mlp" not in data:
         data["gated_mlp"] = _ACTIVATIONS[str(act).lower()]
     data.setdefault("name", name or d.get("name") or "model")
+    if isinstance(data["name"], str):        # plan.json, report.md and launch.sh carry it: no local path
+        data["name"] = without_local_paths(data["name"])
     for key, (meaning, spelling) in _REQUIRED_MODEL_KEYS.items():
         if data.get(key) is None:
             raise SpecError(f"model {data['name']}: missing required field '{key}' ({meaning}; {spelling} is read "
@@ -1021,7 +1024,7 @@ def framework_from_dict(d: dict) -> Framework:
 
     try:
         return Framework(
-            name=str(d["name"]),
+            name=_name(d["name"], "framework name"),
             dp_overlap=n("dp_overlap"),
             dp_overlap_zero0=n("dp_overlap_zero0"),
             attention_speedup=n("attention_speedup"),

@@ -92,3 +92,28 @@ def test_a_gpu_with_fp8_and_no_16_bit_rate_is_one_error_line(tmp_path, peak):
         assert r.exit_code == 2, r.output
         lines = [line for line in r.output.splitlines() if line.strip()]
         assert len(lines) == 1 and "bf16 or fp16" in lines[0], r.output
+
+
+def test_a_name_that_is_a_local_path_never_reaches_the_emitted_files(tmp_path):
+    """A model, GPU or framework `name:` written as a local path went into launch.sh's comment,
+    report.md's title and plan.json; it is cut to its last part, as a config.json's _name_or_path is."""
+    from costmodels.catalog import load_framework, load_gpu
+    model = tmp_path / "m.yaml"
+    model.write_text("name: /home/alice/secret/llama\nnum_layers: 4\nhidden: 1024\nnum_heads: 16\n"
+                     "vocab: 32000\nseq_length: 2048\n")
+    gpu = tmp_path / "g.yaml"
+    gpu.write_text("name: /home/alice/gpus/myh100\nhbm: 80 GiB\nhbm_bandwidth: 3.35 TB/s\n"
+                   "peak: {bf16: 989 TFLOP/s}\nnum_sms: 132\ngemm_tile_intensity: 32\n")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["plan", "--model", str(model), "--cluster", str(gpu), "--gpus", "8",
+                                  "--global-batch", "64", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert "alice" not in f.read_text(errors="replace"), f
+    assert "llama on 8 x myh100" in (out / "report.md").read_text()
+    assert load_gpu(str(gpu)).name == "myh100"
+    fw = Path(__file__).parents[2] / "costmodels" / "catalog" / "frameworks" / "megatron-core.yaml"
+    text = fw.read_text().replace("name: megatron-core", "name: C:\\Users\\alice\\mcore", 1)
+    (tmp_path / "fw.yaml").write_text(text)
+    assert load_framework(str(tmp_path / "fw.yaml")).name == "mcore"
