@@ -70,8 +70,15 @@ def study_attrs(space, profile, settings) -> dict:
             ENCODING_ATTR: PARAMS_ENCODING}
 
 
+# A libpq key=value pair ('password=x', "password = 'a b'"; libpq's conninfo_parse, fe-connect.c)
+_KEY_VALUE = re.compile(r"([A-Za-z_]\w*)(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s']*)")
+
+
 def _hide_credentials(text: str) -> str:
-    """A storage string that is not a URL, `user:password@host/db`: the password hidden."""
+    """A storage string that is not a URL, `user:password@host/db` or libpq's `host=db password=x`:
+    the password, every other secret-like value and every local path hidden (_hidden_query_value)."""
+    text = _KEY_VALUE.sub(lambda m: m.group(0) if not _hidden_query_value(m.group(1), m.group(3).strip("'"))
+                          else f"{m.group(1)}{m.group(2)}***", text)
     cred, rest = _split_credentials(text)
     return text if cred is None or ":" not in cred else f"{cred.split(':', 1)[0]}:***@{rest}"
 
@@ -476,6 +483,9 @@ def _first_line(exc, url) -> str:
             # its own message ('connection to server on socket "/var/run/.../.s.PGSQL.5432" failed')
             secrets += [v for k, v in parse_qsl(str(url).rsplit("?", 1)[1], keep_blank_values=True)
                         if _hidden_query_value(k, v)]
+        if "://" not in str(url):        # libpq's key=value form: its secrets and paths likewise
+            secrets += [m.group(3).strip("'") for m in _KEY_VALUE.finditer(str(url))
+                        if _hidden_query_value(m.group(1), m.group(3).strip("'"))]
         for secret in secrets:
             for shown in {secret, unquote(secret)}:
                 # a password under 3 characters is left: blanking it would also blank unrelated letters

@@ -117,3 +117,16 @@ def test_a_name_that_is_a_local_path_never_reaches_the_emitted_files(tmp_path):
     text = fw.read_text().replace("name: megatron-core", "name: C:\\Users\\alice\\mcore", 1)
     (tmp_path / "fw.yaml").write_text(text)
     assert load_framework(str(tmp_path / "fw.yaml")).name == "mcore"
+
+
+@pytest.mark.parametrize("storage", ["host=db password=hunter2 dbname=x",
+                                     "host=db password = 'hunter2 x' dbname=x",
+                                     "dbname=x sslpassword=hunter2 sslkey=/home/alice/k.pem"])
+def test_a_libpq_key_value_storage_string_keeps_its_password_off_stderr(tmp_path, storage):
+    """The error line echoed 'cannot open Optuna storage 'host=db password=hunter2 ...''."""
+    from planner.study import public_storage
+    r = CliRunner().invoke(main, ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "64", "--method", "optuna", "--storage", storage,
+                                  "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "hunter2" not in r.output and "alice" not in r.output, r.output
+    assert "dbname=x" in r.output and "hunter2" not in public_storage(storage)
