@@ -160,7 +160,7 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
 
     def work():
         from .outdir import check_out_dir, default_storage
-        from .study import public_storage, sqlite_file
+        from .study import public_storage, remove_unshared_study_file, sqlite_file
         from .settings import USER_CACHE
         from costmodels.errors import SpecError
         inputs = _input_files(model, cluster)
@@ -196,8 +196,11 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
         made_here = sqlite_file(store) if (not storage and out) else None
         if made_here is not None and made_here.exists():
             made_here = None
+        done = False
         try:
-            return _plan_and_write(store, choices, inputs, reporter)
+            result = _plan_and_write(store, choices, inputs, reporter)
+            done = True
+            return result
         except SpecError as exc:
             prefix = f"--storage {public_storage(store)!r}: "
             if storage or not out or not str(exc).startswith(prefix):
@@ -210,12 +213,10 @@ def plan(model, cluster, gpus, gpus_per_node, global_batch, global_batch_tokens,
             if (default is not None and default.exists() and made_here is None) or not fix:
                 fix = "move that file away, or give --storage"
             raise SpecError(f"the study file --out {out} keeps beside it: {what}; {fix}") from None
-        except BaseException:
-            if made_here is not None:
-                for suffix in ("", "-journal", "-wal", "-shm"):
-                    leftover = made_here.with_name(made_here.name + suffix)
-                    leftover.unlink(missing_ok=True)
-            raise
+        finally:
+            # a failure of any kind (a full disk's SpecError too): unless another run shares the file
+            if not done and made_here is not None and made_here.exists():
+                remove_unshared_study_file(made_here)
 
     def _plan_and_write(store, choices, inputs, reporter):
         result = api.plan(model, cluster, gpus=gpus, gpus_per_node=gpus_per_node, global_batch=global_batch,

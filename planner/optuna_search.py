@@ -3,8 +3,6 @@ objectives, fixed seed) samples the same knobs, starts from good layouts, learns
 memory limit as constraints, and may be shared by several workers (planner.study)."""
 from __future__ import annotations
 
-import os
-import socket
 import time
 import warnings
 
@@ -107,7 +105,8 @@ class _Asker:
     def __init__(self, optuna, study, storage, settings):
         self.optuna, self.study, self.storage, self.settings = optuna, study, storage, settings
         self.reseeded = False
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"     # which worker ran a trial (shared studies)
+        from .study import this_worker
+        self.worker = this_worker()          # which worker ran a trial (shared studies)
 
     def batch(self, remaining: int) -> list:
         from .study import count_taken, record_heartbeat

@@ -21,6 +21,8 @@ import hashlib
 import json
 import os
 import re
+import socket
+import sqlite3
 import time
 import warnings
 from dataclasses import replace
@@ -293,6 +295,32 @@ def check_scheme(url: str) -> None:
         raise SpecError(f"--storage {public_storage(url)!r}: '{scheme[:30]}' is not a database Optuna keeps "
                         "studies in; give sqlite:///FILE.db, or postgresql://USER@HOST/DB for several workers") \
             from None
+
+
+def this_worker() -> str:
+    """The name a trial records of the process that ran it (user attribute 'worker'): host:pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def remove_unshared_study_file(db: Path) -> bool:
+    """Remove the SQLite study file a failed run made (and its journal, WAL and shared-memory files)
+    unless another process's trials are in it: a second run sharing the new file (the same --out at
+    once) keeps its study. A file that cannot be read is kept too. Returns whether it was removed."""
+    try:
+        con = sqlite3.connect(f"file:{quote(str(db.resolve()))}?mode=ro", uri=True, timeout=1.0)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            workers = {r[0] for r in con.execute("SELECT value_json FROM trial_user_attributes WHERE key = "
+                                                 "'worker'")} if "trial_user_attributes" in tables else set()
+        finally:
+            con.close()
+    except (sqlite3.Error, OSError):
+        return False
+    if workers - {json.dumps(this_worker())}:
+        return False
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        db.with_name(db.name + suffix).unlink(missing_ok=True)
+    return True
 
 
 def make_storage(optuna, url: str | None):

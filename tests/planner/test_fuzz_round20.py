@@ -130,3 +130,54 @@ def test_a_libpq_key_value_storage_string_keeps_its_password_off_stderr(tmp_path
                                   "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "hunter2" not in r.output and "alice" not in r.output, r.output
     assert "dbname=x" in r.output and "hunter2" not in public_storage(storage)
+
+
+def _plan_then(monkeypatch, then):
+    """api.plan as the CLI calls it, followed by `then(storage)`."""
+    from planner import api
+    real = api.plan
+
+    def planned(*args, **kwargs):
+        result = real(*args, **kwargs)
+        then(kwargs["storage"])
+        return result
+    monkeypatch.setattr(api, "plan", planned)
+
+
+OPTUNA_PLAN = ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8", "--global-batch", "64",
+               "--method", "optuna", "--trials", "20"]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_ctrl_c_keeps_a_new_study_file_another_run_shares(tmp_path, monkeypatch, shared):
+    """Two runs with the same --out share the new default study file; Ctrl-C on one deleted it under
+    the other. A file holding only this run's trials is still removed."""
+    import optuna
+
+    def other_run_then_ctrl_c(storage):
+        if shared:
+            (name,) = optuna.get_all_study_names(storage)
+            study = optuna.load_study(study_name=name, storage=storage)
+            t = study.ask()
+            t.set_user_attr("worker", "otherhost:4242")
+        raise KeyboardInterrupt
+    _plan_then(monkeypatch, other_run_then_ctrl_c)
+    r = CliRunner().invoke(main, OPTUNA_PLAN + ["--out", str(tmp_path / "job")])
+    assert r.exit_code != 0 and not (tmp_path / "job").exists()
+    assert (tmp_path / "job.optuna.db").exists() == shared
+
+
+def test_a_study_file_a_failed_run_left_empty_is_removed(tmp_path, monkeypatch):
+    """A full disk ended the run with a SpecError naming the study file, and the 0-byte file stayed:
+    that path skipped the clean-up the other failures get."""
+    db = tmp_path / "job.optuna.db"
+
+    def disk_full(storage):
+        db.write_bytes(b"")
+        raise SpecError(f"--storage 'sqlite:///{db.name}': database or disk is full; free some space")
+    _plan_then(monkeypatch, disk_full)
+    r = CliRunner().invoke(main, ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus", "8",
+                                  "--global-batch", "64", "--method", "optuna", "--trials", "5",
+                                  "--out", str(tmp_path / "job")])
+    assert r.exit_code == 2 and "disk is full" in r.output, r.output
+    assert not db.exists()
