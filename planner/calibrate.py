@@ -422,7 +422,9 @@ def check_log_matches(run: LogRun, case, path) -> None:
             if text == "None":
                 continue                          # not set
             try:
-                value = float(text)              # Megatron-DeepSpeed prints --zero-stage's default as 1.0
+                # Megatron-DeepSpeed prints --zero-stage's default as 1.0; Python prints ASCII digits only
+                # (float() would read a full-width '３２' as 32)
+                value = float(text) if text.isascii() else math.nan
             except ValueError:
                 value = math.nan
             if not math.isfinite(value) or not value.is_integer():

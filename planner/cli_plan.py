@@ -126,7 +126,7 @@ MAX_PROBE = 1000        # as many as --top may report (planner.api)
 @click.option("--framework", default="megatron-deepspeed", show_default=True,
               help="Rules of the target: megatron-deepspeed or megatron-lm.")
 @click.option("--method", type=click.Choice(["auto", "lattice", "optuna"]), default="auto", show_default=True,
-              help="Exhaustive lattice scoring, or an Optuna study (auto: Optuna when the lattice is too large).")
+              help="Exhaustive lattice scoring, or an Optuna study (auto: Optuna when over 4 million layouts satisfy the rules).")
 @click.option("--storage", default=None, help="Optuna storage URL (default: SQLite next to --out).")
 @click.option("--study-name", default=None, help="Optuna study to create or resume.")
 @click.option("--trials", type=ASCII_INT, default=3000, show_default=True, help="Optuna trials.")

@@ -32,7 +32,8 @@ from .settings import SearchSettings
 from .measured import measured_first
 from .ties import safe_first
 
-LATTICE_LIMIT = 4_000_000      # layouts scored exhaustively; above this Optuna samples
+LATTICE_LIMIT = 4_000_000      # layouts scored exhaustively (about 10 s of estimates); above this Optuna samples
+EXPAND_LIMIT = 200_000_000     # sub-lattice combinations the lattice filters by the cross rules (~30 s)
 PARETO_SHOWN = 50              # layouts of a Pareto front kept in the result
 CANDIDATES_SHOWN = 400         # (tokens/s/GPU, memory) points sampled for the report's scatter plot
 
@@ -50,7 +51,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, reques
     if not len(core["tp"]) or not len(cat["zero"]):
         raise rules_conflict(space, profile, request)
     product = len(core["tp"]) * len(cat["zero"])
-    method = choose_method(settings.method, product, truncated)
+    method = choose_method(settings.method, product, truncated,
+                           lambda: count_lattice(space, core, cat, cross)[0])
     collector = Collector(settings, request, cluster)
     study_info = None
     if method == "lattice":
@@ -100,11 +102,18 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, reques
                         candidates=scatter_points(idx, est))
 
 
-def choose_method(asked: str, product: int, truncated: bool) -> str:
-    """lattice or optuna: `auto` scores the lattice unless it is larger than LATTICE_LIMIT (or CP-SAT
-    truncated it); `exhaustive` is the lattice's old name."""
+def choose_method(asked: str, product: int, truncated: bool, satisfying=None) -> str:
+    """lattice or optuna: `auto` scores the lattice unless more than LATTICE_LIMIT layouts satisfy the
+    rules (`satisfying()`, a count sampled by count_lattice, asked only when the sub-lattices combine
+    to more than that before the cross rules), it combines more than EXPAND_LIMIT, or CP-SAT truncated
+    a sub-lattice. Many --seq-len and --recompute-layers values combine to 13 M layouts of which the
+    cross rules keep 1%: the lattice scores them all in 5 s, an Optuna study of 3,000 trials took
+    minutes. `exhaustive` is the lattice's old name."""
     if asked == "auto":
-        return "lattice" if product <= LATTICE_LIMIT and not truncated else "optuna"
+        if truncated or product > EXPAND_LIMIT:
+            return "optuna"
+        fits = product <= LATTICE_LIMIT or (satisfying is not None and satisfying() <= LATTICE_LIMIT)
+        return "lattice" if fits else "optuna"
     if asked == "exhaustive":
         return "lattice"
     if asked not in ("lattice", "optuna"):
@@ -131,4 +140,4 @@ def scatter_points(idx, est) -> tuple:
     return tuple([tps, gib] for tps, gib in points)
 
 
-__all__ = ["search", "choose_method", "make_plan", "LATTICE_LIMIT"]
+__all__ = ["search", "choose_method", "make_plan", "LATTICE_LIMIT", "EXPAND_LIMIT"]

@@ -238,6 +238,10 @@ def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
     cases["1-us"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 0.001 |"), ["1.log", "outside any", "damaged"])
     cases["garbled-number"] = (mds_log(250.0).replace("(ms): 250.0 |", "(ms): 2.5.0 |"),
                                ["1.log", "line", "'2.5.0', not a time"])    # named, with its line
+    # other scripts' digits: float() reads a full-width '２４' as 24, which Megatron-DeepSpeed never prints
+    wide = "\n".join(ln.translate({ord(d): 0xFF10 + int(d) for d in "0123456789"}) if " num_layers ." in ln
+                     else ln for ln in good.splitlines())
+    cases["full-width-digits"] = (wide, ["1.log", "num_layers", "not a whole number", "damaged"])
     for name, (text, words) in cases.items():
         (job / "probe" / "1.log").write_text(text)
         r = CliRunner().invoke(main, ["calibrate", str(job / "probe" / "1.log")])

@@ -181,3 +181,18 @@ def test_a_study_file_a_failed_run_left_empty_is_removed(tmp_path, monkeypatch):
                                   "--out", str(tmp_path / "job")])
     assert r.exit_code == 2 and "disk is full" in r.output, r.output
     assert not db.exists()
+
+
+def test_auto_scores_the_lattice_when_the_cross_rules_leave_few_layouts():
+    """Eleven --seq-len and 33 --recompute-layers values combine to 13 M layouts before the cross
+    rules and 171 K after: auto took an Optuna study (3,000 trials, minutes, 296 layouts scored) where
+    the lattice scores all of them in seconds."""
+    from planner import api
+    from planner.search import EXPAND_LIMIT, LATTICE_LIMIT, choose_method
+    r = api.plan("llama2-7b", "H100-SXM", gpus=64, global_batch=512,
+                 seq_lens=[1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192],
+                 choices={"recompute_layers": list(range(33))})
+    assert r.method == "lattice" and r.checked > LATTICE_LIMIT and r.lattice == r.scored < LATTICE_LIMIT
+    assert choose_method("auto", 2 * LATTICE_LIMIT, False, lambda: 2 * LATTICE_LIMIT) == "optuna"
+    assert choose_method("auto", EXPAND_LIMIT + 1, False, lambda: 1) == "optuna"
+    assert choose_method("auto", 10, True, lambda: 1) == "optuna"
