@@ -513,8 +513,8 @@ def _at_least(value: float, low: float, what: str, shown: str) -> float:
 
 
 def _name(value, what: str) -> str:
-    """A name shown in reports and written into comments of launch.sh: a short one-line string, a local
-    absolute path in it cut to its last part ('/home/alice/gpus/h100' -> 'h100', without_local_paths)."""
+    """A name shown in reports and written into comments of launch.sh: a short one-line string, not a
+    local path (no_local_path)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise SpecError(f"{what}: expected a string, got {value!r}")
     text = str(value)
@@ -522,7 +522,20 @@ def _name(value, what: str) -> str:
         raise SpecError(f"{what} {text!r} contains a NUL character")
     if not text.strip() or len(text) > 200:
         raise SpecError(f"{what}: expected a non-empty name of at most 200 characters, got {text[:40]!r}")
-    return without_local_paths(text)
+    return no_local_path(text, what)
+
+
+def no_local_path(name: str, what: str) -> str:
+    """`name`, refused when it holds a local absolute path ('/home/alice/gpus/h100', '~/m', 'C:\\x'):
+    plan.json, report.md and launch.sh carry names, and no local path may reach them. (A path cut to its
+    last part could also spell a catalog name, which a file may not take.)"""
+    found = [p for p in (m.group(0) for m in _LOCAL_PATH.finditer(name))
+             if len(p) > 1 and ("/" in p or "\\" in p)]      # not '~7B'
+    found += ["file:" + name.lower().split("file:", 1)[1]] if "file:/" in name.lower() else []
+    if found:
+        raise SpecError(f"{what} {name[:60]!r} holds a local path ({found[0][:40]}), which would reach plan.json, "
+                        f"report.md and launch.sh; give a short name ({without_local_paths(name)[:40]!r}, say)")
+    return name
 
 
 def _printable_name(text: str, what: str) -> str:
@@ -902,8 +915,8 @@ def model_from_dict(d: dict, name: str | None = None) -> ModelSpec:
     if act is not None and "gated_mlp" not in data:
         data["gated_mlp"] = _ACTIVATIONS[str(act).lower()]
     data.setdefault("name", name or d.get("name") or "model")
-    if isinstance(data["name"], str):        # plan.json, report.md and launch.sh carry it: no local path
-        data["name"] = without_local_paths(data["name"])
+    if isinstance(data["name"], str):
+        no_local_path(data["name"], "model name")
     for key, (meaning, spelling) in _REQUIRED_MODEL_KEYS.items():
         if data.get(key) is None:
             raise SpecError(f"model {data['name']}: missing required field '{key}' ({meaning}; {spelling} is read "

@@ -109,7 +109,7 @@ class _Asker:
         self.worker = this_worker()          # which worker ran a trial (shared studies)
 
     def batch(self, remaining: int) -> list:
-        from .study import count_taken, record_heartbeat
+        from .study import WORKER_ATTR, count_taken, record_heartbeat
 
         trials = []
         for k in range(min(BATCH_SIZE, remaining)):
@@ -121,7 +121,7 @@ class _Asker:
                 t = self.study.ask()
             record_heartbeat(self.storage, t)
             if self.storage is not None:
-                t.set_user_attr("worker", self.worker)
+                t.set_user_attr(WORKER_ATTR, self.worker)
             if not self.reseeded:
                 self.reseeded = True
                 self.study.sampler = make_sampler(self.optuna, self.settings, worker_seed(self.settings.seed, t.number))

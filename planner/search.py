@@ -51,8 +51,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, reques
     if not len(core["tp"]) or not len(cat["zero"]):
         raise rules_conflict(space, profile, request)
     product = len(core["tp"]) * len(cat["zero"])
-    method = choose_method(settings.method, product, truncated,
-                           lambda: count_lattice(space, core, cat, cross)[0])
+    counted = []          # count_lattice's (count, exact), when auto asked for it: the Optuna path reuses it
+
+    def satisfying():
+        counted.append(count_lattice(space, core, cat, cross))
+        return counted[-1][0]
+    method = choose_method(settings.method, product, truncated, satisfying)
     collector = Collector(settings, request, cluster)
     study_info = None
     if method == "lattice":
@@ -61,7 +65,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, profile: RulesProfile, reques
             raise rules_conflict(space, profile, request)
     else:
         seeds = seed_layouts(space, cost_fw, core, cat, cross)
-        lattice, exact = count_lattice(space, core, cat, cross)     # what the lattice path counts
+        lattice, exact = counted[-1] if counted else count_lattice(space, core, cat, cross)   # as the lattice path counts
         study_info = {**run_study(space, profile, cost_fw, settings, collector, seeds),
                       "layouts_satisfying_rules_exact": exact and not truncated}
     merged = collector.merged()

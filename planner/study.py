@@ -24,6 +24,7 @@ import re
 import socket
 import sqlite3
 import time
+from contextlib import closing
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +34,8 @@ from costmodels.errors import SpecError
 
 FINGERPRINT_ATTR = "planner_fingerprint"
 OBJECTIVES_ATTR = "planner_objectives"
+CREATOR_ATTR = "planner_creator"       # the process that created the study (this_worker)
+WORKER_ATTR = "worker"                 # a trial's user attribute: the process that ran it (this_worker)
 ENCODING_ATTR = "planner_params"       # search_spaces.optuna_space.PARAMS_ENCODING
 HEARTBEAT_S = 60
 # A RUNNING trial whose worker has not been heard of for this long is failed (PLANNER_STALE_TRIAL_S overrides).
@@ -73,7 +76,7 @@ def study_attrs(space, profile, settings) -> dict:
 
 
 # A libpq key=value pair ('password=x', "password = 'a b'"; libpq's conninfo_parse, fe-connect.c)
-_KEY_VALUE = re.compile(r"([A-Za-z_]\w*)(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s']*)")
+_KEY_VALUE = re.compile(r"(?<!\w)([A-Za-z_]\w*)(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s']*)")
 
 
 def _hide_credentials(text: str) -> str:
@@ -250,11 +253,8 @@ def check_sqlite_file(db: Path, url) -> None:
                         "name (a new one, or a study database this planner wrote)")
     if not db.exists() or db.stat().st_size == 0:
         return
-    import sqlite3
-    from contextlib import closing
     try:
-        with closing(sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=60)) as con:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = {r[0] for r in _sqlite_rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
         if "unable to open" in str(exc):
             # a study database in write-ahead-log mode needs its -shm file beside it, even to be read
@@ -302,25 +302,44 @@ def this_worker() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def _sqlite_rows(db: Path, query: str, timeout: float = 60.0) -> list:
+    """Rows of a read-only query on an SQLite file (sqlite3.Error when it cannot be read)."""
+    with closing(sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=timeout)) as con:
+        return con.execute(query).fetchall()
+
+
 def remove_unshared_study_file(db: Path) -> bool:
-    """Remove the SQLite study file a failed run made (and its journal, WAL and shared-memory files)
-    unless another process's trials are in it: a second run sharing the new file (the same --out at
-    once) keeps its study. A file that cannot be read is kept too. Returns whether it was removed."""
+    """Remove the SQLite study file a failed run found missing (and its journal, WAL and shared-memory
+    files), unless another process may be using it: every study in it must have been created by this
+    process (CREATOR_ATTR) and every trial past WAITING run by it (WORKER_ATTR). A second run sharing
+    the new file (the same --out at once) keeps its study; a file that cannot be read is kept too.
+    Returns whether it was removed."""
+    me = json.dumps(this_worker())
     try:
-        con = sqlite3.connect(f"file:{quote(str(db.resolve()))}?mode=ro", uri=True, timeout=1.0)
-        try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            workers = {r[0] for r in con.execute("SELECT value_json FROM trial_user_attributes WHERE key = "
-                                                 "'worker'")} if "trial_user_attributes" in tables else set()
-        finally:
-            con.close()
+        tables = {r[0] for r in _sqlite_rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'", 1.0)}
+        if "studies" in tables:
+            foreign_studies = _sqlite_rows(db, (
+                "SELECT s.study_id FROM studies s WHERE NOT EXISTS (SELECT 1 FROM study_user_attributes a "
+                f"WHERE a.study_id = s.study_id AND a.key = '{CREATOR_ATTR}' AND a.value_json = {_sql_text(me)})"), 1.0)
+            foreign_trials = _sqlite_rows(db, (
+                "SELECT t.trial_id FROM trials t WHERE t.state != 'WAITING' AND NOT EXISTS (SELECT 1 FROM "
+                f"trial_user_attributes a WHERE a.trial_id = t.trial_id AND a.key = '{WORKER_ATTR}' AND "
+                f"a.value_json = {_sql_text(me)})"), 1.0)
+            if foreign_studies or foreign_trials:
+                return False
     except (sqlite3.Error, OSError):
         return False
-    if workers - {json.dumps(this_worker())}:
+    try:
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            db.with_name(db.name + suffix).unlink(missing_ok=True)
+    except OSError:          # never in place of the failure being reported
         return False
-    for suffix in ("", "-journal", "-wal", "-shm"):
-        db.with_name(db.name + suffix).unlink(missing_ok=True)
     return True
+
+
+def _sql_text(text: str) -> str:
+    """An SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def make_storage(optuna, url: str | None):
@@ -427,7 +446,7 @@ def open_study(optuna, name: str, storage_url: str | None, sampler, objectives: 
             last = exc
             time.sleep(0.2 * (attempt + 1))
             continue
-        for key, value in {**(attrs or {}), OBJECTIVES_ATTR: list(objectives)}.items():
+        for key, value in {**(attrs or {}), OBJECTIVES_ATTR: list(objectives), CREATOR_ATTR: this_worker()}.items():
             study.set_user_attr(key, value)
         for params in seeds:        # before the fingerprint: a worker that reached its target before
             study.enqueue_trial(params)     # they were queued left them WAITING for ever

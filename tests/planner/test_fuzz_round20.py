@@ -94,29 +94,32 @@ def test_a_gpu_with_fp8_and_no_16_bit_rate_is_one_error_line(tmp_path, peak):
         assert len(lines) == 1 and "bf16 or fp16" in lines[0], r.output
 
 
-def test_a_name_that_is_a_local_path_never_reaches_the_emitted_files(tmp_path):
+def test_a_name_that_is_a_local_path_is_refused(tmp_path):
     """A model, GPU or framework `name:` written as a local path went into launch.sh's comment,
-    report.md's title and plan.json; it is cut to its last part, as a config.json's _name_or_path is."""
-    from costmodels.catalog import load_framework, load_gpu
+    report.md's title and plan.json. Cut to its last part it could spell a catalog name (a 192 GiB GPU
+    file named '/x/H100-SXM' loaded as H100-SXM), so it is refused, in one line, with nothing written."""
     model = tmp_path / "m.yaml"
     model.write_text("name: /home/alice/secret/llama\nnum_layers: 4\nhidden: 1024\nnum_heads: 16\n"
                      "vocab: 32000\nseq_length: 2048\n")
     gpu = tmp_path / "g.yaml"
-    gpu.write_text("name: /home/alice/gpus/myh100\nhbm: 80 GiB\nhbm_bandwidth: 3.35 TB/s\n"
+    gpu.write_text("name: /home/alice/gpus/H100-SXM\nhbm: 192 GiB\nhbm_bandwidth: 3.35 TB/s\n"
                    "peak: {bf16: 989 TFLOP/s}\nnum_sms: 132\ngemm_tile_intensity: 32\n")
     out = tmp_path / "out"
-    r = CliRunner().invoke(main, ["plan", "--model", str(model), "--cluster", str(gpu), "--gpus", "8",
-                                  "--global-batch", "64", "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    for f in out.rglob("*"):
-        if f.is_file():
-            assert "alice" not in f.read_text(errors="replace"), f
-    assert "llama on 8 x myh100" in (out / "report.md").read_text()
-    assert load_gpu(str(gpu)).name == "myh100"
+    for argv in (["--model", str(model), "--cluster", "H100-SXM"], ["--model", "llama2-7b", "--cluster", str(gpu)]):
+        r = CliRunner().invoke(main, ["plan", *argv, "--gpus", "8", "--global-batch", "64", "--out", str(out)])
+        lines = [line for line in r.output.splitlines() if line.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and "holds a local path" in lines[0], r.output
+        assert not out.exists()
+    from costmodels.catalog import load_framework, no_local_path
     fw = Path(__file__).parents[2] / "costmodels" / "catalog" / "frameworks" / "megatron-core.yaml"
-    text = fw.read_text().replace("name: megatron-core", "name: C:\\Users\\alice\\mcore", 1)
-    (tmp_path / "fw.yaml").write_text(text)
-    assert load_framework(str(tmp_path / "fw.yaml")).name == "mcore"
+    (tmp_path / "fw.yaml").write_text(fw.read_text().replace("name: megatron-core", "name: C:\\Users\\a\\mcore", 1))
+    with pytest.raises(SpecError, match="holds a local path"):
+        load_framework(str(tmp_path / "fw.yaml"))
+    for fine in ("GPT ~7B (x)", "H100/80GB", "A100 (40GB)", "llama 7B / 13B", "https://hf.co/meta/x"):
+        assert no_local_path(fine, "name") == fine
+    for path in ("~/m", "file:///home/a/m", "see /srv/models/x"):
+        with pytest.raises(SpecError):
+            no_local_path(path, "name")
 
 
 @pytest.mark.parametrize("storage", ["host=db password=hunter2 dbname=x",
@@ -130,6 +133,7 @@ def test_a_libpq_key_value_storage_string_keeps_its_password_off_stderr(tmp_path
                                   "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "hunter2" not in r.output and "alice" not in r.output, r.output
     assert "dbname=x" in r.output and "hunter2" not in public_storage(storage)
+    _within(2, public_storage, "a" * 130_000 + " password=x")      # no retry at every letter of a long word
 
 
 def _plan_then(monkeypatch, then):
@@ -148,23 +152,27 @@ OPTUNA_PLAN = ["plan", "--model", "llama2-7b", "--cluster", "H100-SXM", "--gpus"
                "--method", "optuna", "--trials", "20"]
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_ctrl_c_keeps_a_new_study_file_another_run_shares(tmp_path, monkeypatch, shared):
+@pytest.mark.parametrize("other", ["trial", "trial-without-worker", "study", None])
+def test_ctrl_c_keeps_a_new_study_file_another_run_shares(tmp_path, monkeypatch, other):
     """Two runs with the same --out share the new default study file; Ctrl-C on one deleted it under
-    the other. A file holding only this run's trials is still removed."""
+    the other (its trials, a trial it had not yet marked, or a study it had created). A file holding
+    only this run's study and trials is still removed."""
     import optuna
 
     def other_run_then_ctrl_c(storage):
-        if shared:
-            (name,) = optuna.get_all_study_names(storage)
-            study = optuna.load_study(study_name=name, storage=storage)
-            t = study.ask()
-            t.set_user_attr("worker", "otherhost:4242")
+        (name,) = optuna.get_all_study_names(storage)
+        study = optuna.load_study(study_name=name, storage=storage)
+        if other == "trial":
+            study.ask().set_user_attr("worker", "otherhost:4242")
+        elif other == "trial-without-worker":
+            study.tell(study.ask(), [1.0] * len(study.directions))
+        elif other == "study":
+            optuna.create_study(study_name="another", storage=storage)
         raise KeyboardInterrupt
     _plan_then(monkeypatch, other_run_then_ctrl_c)
     r = CliRunner().invoke(main, OPTUNA_PLAN + ["--out", str(tmp_path / "job")])
     assert r.exit_code != 0 and not (tmp_path / "job").exists()
-    assert (tmp_path / "job.optuna.db").exists() == shared
+    assert (tmp_path / "job.optuna.db").exists() == (other is not None)
 
 
 def test_a_study_file_a_failed_run_left_empty_is_removed(tmp_path, monkeypatch):
