@@ -347,7 +347,10 @@ def _lookup(kind: str, ref) -> dict:
         return copy.deepcopy(_parsed(kind, preset))
     if kind == "model" and Path(ref).is_dir():
         if (Path(ref) / "config.json").is_file():
-            return read_yaml_file(str(Path(ref) / "config.json"), kind)     # a Hugging Face checkpoint folder
+            data = read_json_file(str(Path(ref) / "config.json"), kind)     # a Hugging Face checkpoint folder
+            if not isinstance(data, dict):
+                raise SpecError(f"model file '{Path(ref) / 'config.json'}' must hold a JSON object")
+            return data
         raise SpecError(f"model folder '{ref}' has no config.json; give a model YAML file, or a "
                         "Hugging Face checkpoint folder that holds its config.json")
     if _looks_like_path(ref) or Path(ref).exists():

@@ -86,12 +86,17 @@ def load_model(ref, warnings: list | None = None) -> ModelSpec:
     to `warnings` as (kind, message, suggestion)."""
     if isinstance(ref, os.PathLike):
         ref = os.fspath(ref)              # a pathlib.Path, as cluster=, case= and out= take
+    folder = isinstance(ref, str) and catalog.canonical_name("model", ref) is None and Path(ref).is_dir() \
+        and (Path(ref) / "config.json").is_file()
+    if folder:
+        ref = str(Path(ref) / "config.json")       # a checkpoint folder: its config.json, read as JSON
     if isinstance(ref, str) and ref.lower().endswith(".json") and Path(ref).exists():
         data = catalog.read_json_file(ref, "model")
         if not isinstance(data, dict):
             raise SpecError(f"model file '{ref}' must hold a JSON object")
         path = Path(ref)
-        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+        # a folder is named by its config's _name_or_path (as before it was read as JSON), a file by its folder
+        name = None if folder else path.parent.name if path.stem == "config" and path.parent.name else path.stem
         model = catalog.model_from_dict(data, name=name)
         if warnings is not None:
             warnings.extend(model_warnings(data, model))

@@ -245,7 +245,10 @@ def record_from_published(rec: dict, rules: dict | None = None, source: str | No
     for key in ("network_bandwidth", "nvlink_bandwidth"):     # a user's own cluster (planner calibrate)
         if c.get(key) is not None:
             cluster[key] = c[key]
-    parallel = {k: p[k] for k in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch")}
+    # cp and micro_batch left out are taken as null, as the schema allows: 1 context-parallel rank, and
+    # micro-batch 1 (below); the degrees and the batch are required
+    parallel = {k: p.get(k) if k in ("cp", "micro_batch") else p[k]
+                for k in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch")}
     parallel["vpp"] = p.get("vpp") or rules["vpp"]
     for key in ("first_stage_layers", "last_stage_layers", "cpu_offload_layers", "recompute_layers"):
         if p.get(key):

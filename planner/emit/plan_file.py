@@ -20,6 +20,9 @@ MAX_PLAN_BYTES = 32 * 2**20
 def load_plan_json(path) -> dict:
     p = Path(path)
     if p.is_dir():
+        if not (p / "plan.json").exists():
+            raise SpecError(f"folder '{path}' holds no plan.json; give the folder `planner plan --out` wrote, "
+                            "or its plan.json")
         p = p / "plan.json"
     if not p.exists():
         raise SpecError(f"plan file '{path}' does not exist (give plan.json or the plan directory)")
@@ -327,11 +330,22 @@ def _price(cluster: dict):
     return f"{price!r} {currency}" if currency else price
 
 
+def _catalog_name(kind: str, name):
+    """A GPU or framework plan.json names: one of the catalog's (a GPU of one's own travels as gpu_spec),
+    never a file, which reading the plan back would open (a tampered plan named any local file and had
+    its keys echoed)."""
+    from costmodels.catalog import canonical_name
+    if not isinstance(name, str) or canonical_name(kind, name) is None:
+        what = "GPU" if kind == "gpu" else kind
+        raise _Damaged(f"its {what} {str(name)[:40]!r} is none of the catalog's, and a plan names no {what} file")
+    return name
+
+
 def _case(data: dict) -> dict:
     inp = data["inputs"]
     model = {k: v for k, v in inp["model"].items() if k != "total_params"}
     c = inp["cluster"]
-    gpu = c["gpu_spec"] if isinstance(c.get("gpu_spec"), dict) else c["gpu"]   # a GPU file of one's own
+    gpu = c["gpu_spec"] if isinstance(c.get("gpu_spec"), dict) else _catalog_name("gpu", c["gpu"])
     cluster = {"gpu": gpu, "num_gpus": c["num_gpus"], "gpus_per_node": c["gpus_per_node"],
                "nvlink_domain": c["nvlink_domain"], "nvlink_bandwidth": _bytes_per_s(c["nvlink_bandwidth_bytes_per_s"]),
                "network_bandwidth": _bytes_per_s(c["network_bandwidth_bytes_per_s"]),
@@ -347,5 +361,6 @@ def _case(data: dict) -> dict:
     parallel = dict(data["layout"])
     parallel.pop("density", None)
     tokens = inp.get("request", {}).get("total_tokens") or 0.0
-    return {"model": model, "cluster": cluster, "parallel": parallel, "framework": data["estimate"]["framework"],
+    return {"model": model, "cluster": cluster, "parallel": parallel,
+            "framework": _catalog_name("framework", data["estimate"]["framework"]),
             "training": {"total_tokens": tokens}}

@@ -242,6 +242,9 @@ def test_bad_logs_give_one_error_line(probe_dir, tmp_path):
     wide = "\n".join(ln.translate({ord(d): 0xFF10 + int(d) for d in "0123456789"}) if " num_layers ." in ln
                      else ln for ln in good.splitlines())
     cases["full-width-digits"] = (wide, ["1.log", "num_layers", "not a whole number", "damaged"])
+    grouped = "\n".join(ln.replace(ln.split()[-1], "2_4") if " num_layers ." in ln else ln
+                        for ln in good.splitlines())                  # float('2_4') is 24 (round 21)
+    cases["underscore-digits"] = (grouped, ["1.log", "num_layers", "not a whole number", "damaged"])
     for name, (text, words) in cases.items():
         (job / "probe" / "1.log").write_text(text)
         r = CliRunner().invoke(main, ["calibrate", str(job / "probe" / "1.log")])
