@@ -223,7 +223,7 @@ _MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: 
 # What PyTorch prints when the caching allocator cannot serve an allocation (torch.OutOfMemoryError since
 # 2.1, before it a RuntimeError): "CUDA out of memory. Tried to allocate ..."
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
-_PRINTED_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)    # how Python prints an int or a float
+_PRINTED_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")    # how Python prints an int or a float
 _ARG = re.compile(r"^(?:\S{1,64}:)?\s+([a-z_0-9]+) \.+ (.*)$")
 CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attention_heads": "num_heads",
                 "num_key_value_heads": "num_kv_heads", "ffn_hidden_size": "ffn_hidden",
@@ -626,7 +626,8 @@ def _yaml_runs(p: Path, stems_seen=frozenset()) -> list[Run]:
             raise SpecError(f"{where}: missing field {exc} (../shared/validation/README.md)") from None
         except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:
             raise SpecError(f"{where}: {exc.__class__.__name__}: {str(exc)[:200]}") from None
-        out.append(Run(r.id, r.source, case, float(r.measured_step_s)))
+        # a record's id is text, not a file: its local paths are cut as a model's source: text is
+        out.append(Run(catalog.without_local_paths(r.id), r.source, case, float(r.measured_step_s)))
     return out
 
 
@@ -778,11 +779,9 @@ def shown_path(text: str) -> str:
         cwd = Path.cwd().resolve()
         if cwd == Path(cwd.anchor):
             raise ValueError("run from the filesystem root: a relative path would spell the absolute one")
-        shown = str(p.resolve().relative_to(cwd))
+        return prefix + str(p.resolve().relative_to(cwd))
     except (ValueError, OSError, RuntimeError):
-        shown = str(Path(p.parent.name) / p.name)
-    # a record's id is text, not a file: 'run on /home/alice/ckpt' lies 'under' the working directory
-    return prefix + catalog.without_local_paths(shown)
+        return prefix + str(Path(p.parent.name) / p.name)
 
 
 def _mape(errors) -> float:

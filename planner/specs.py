@@ -95,8 +95,9 @@ def load_model(ref, warnings: list | None = None) -> ModelSpec:
         if not isinstance(data, dict):
             raise SpecError(f"model file '{ref}' must hold a JSON object")
         path = Path(ref)
-        # a folder is named by its config's _name_or_path (as before it was read as JSON), a file by its folder
-        name = None if folder else path.parent.name if path.stem == "config" and path.parent.name else path.stem
+        # a folder is named as catalog.load_model names it (a "name" key, else _name_or_path), a file by its folder
+        name = data.get("name") if folder else path.parent.name if path.stem == "config" and path.parent.name \
+            else path.stem
         model = catalog.model_from_dict(data, name=name)
         if warnings is not None:
             warnings.extend(model_warnings(data, model))

@@ -67,10 +67,7 @@ def _check_gpu_is_the_catalogs(c: dict) -> None:
     if isinstance(c.get("gpu_spec"), dict):
         return                                      # the plan carries its GPU's spec
     hbm = c.get("hbm_bytes")
-    try:
-        gpu = catalog.load_gpu(c["gpu"])
-    except SpecError:
-        return                                      # an unknown name: the cluster check names it
+    gpu = catalog.load_gpu(c["gpu"])                # a catalog name (_case refused any other)
     if isinstance(hbm, (int, float)) and not isinstance(hbm, bool) and abs(gpu.hbm_bytes - hbm) > 0.5 * 2**20:
         raise SpecError(f"the plan was made with a GPU spec of its own named {c['gpu']!r} ({hbm / 2**30:.2f} GiB, "
                         f"the catalog's has {gpu.hbm_bytes / 2**30:.2f} GiB); estimate the plan's layout from the "

@@ -126,3 +126,13 @@ def test_a_folder_without_plan_json_is_named_as_such(tmp_path):
     (tmp_path / "d").mkdir()
     line = one_error(run("explain", tmp_path / "d"), "holds no plan.json")
     assert "does not exist" not in line
+
+
+def test_a_relative_path_keeps_its_folders_in_calib_yaml(tmp_path, monkeypatch):
+    """The round's own fix first ran every shown path through without_local_paths, which read
+    'x (1)/runs.yaml' as a path after ')' and showed 'x (1)runs.yaml' (a review of the fix)."""
+    from planner.calibrate import shown_path
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x (1)").mkdir()
+    assert shown_path("x (1)/runs.yaml") == "x (1)/runs.yaml"
+    assert shown_path("log:job-/probe/1.log") == "log:job-/probe/1.log"
