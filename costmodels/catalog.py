@@ -67,9 +67,10 @@ MAX_NODES = 200_000             # YAML nodes after expanding aliases (a "billion
 
 
 def read_text_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTES,
-                   errors: str = "strict") -> str:
+                   errors: str = "strict", decode: bool = True):
     """A user's input file as text: a regular file (not a FIFO or device), at most `limit` bytes
-    (MAX_INPUT_BYTES), UTF-8 (`errors="replace"` for logs, which may hold any bytes)."""
+    (MAX_INPUT_BYTES), UTF-8 (`errors="replace"` for logs, which may hold any bytes). With
+    decode=False, its bytes, checked the same way (a large log is decoded line by line)."""
     if not str(path).strip():
         raise SpecError(f"the {what} path is empty; give a file")
     p = Path(path)
@@ -97,6 +98,8 @@ def read_text_file(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BY
                 raw += fh.read(limit + 1 - len(raw))
         if len(raw) > limit:
             raise SpecError(f"{what} file '{path}' is larger than {limit // 2**20} MiB")
+        if not decode:
+            return raw
         if errors == "strict" and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]                 # a UTF-8 byte-order mark (Windows editors write one)
         text = raw.decode("utf-8", errors=errors)

@@ -222,7 +222,7 @@ _MEM = re.compile(r"memory \(MB\) \| allocated: " + _NUM + r" \| max allocated: 
 # (a launcher may prefix every line: pdsh 'worker-0: ', torchrun --tee '[default0]:')
 # What PyTorch prints when the caching allocator cannot serve an allocation (torch.OutOfMemoryError since
 # 2.1, before it a RuntimeError): "CUDA out of memory. Tried to allocate ..."
-_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
+_OOM_BYTES = re.compile(rb"CUDA out of memory|OutOfMemoryError")
 _PRINTED_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")    # how Python prints an int or a float
 _ARG = re.compile(r"^(?:\S{1,64}:)?\s+([a-z_0-9]+) \.+ (.*)$")
 CHECKED_ARGS = {"num_layers": "num_layers", "hidden_size": "hidden", "num_attention_heads": "num_heads",
@@ -258,36 +258,39 @@ MAX_LOG_BYTES = 1 << 30        # a training log of a few million iteration lines
 # Every line the parser reads holds one of these: an iteration line, the memory report or an argument
 # line ('  name ..... value'); the others are skipped without being split out of the text.
 _KEYWORDS = re.compile(r"iteration|memory \(MB\)| \.\.")
+_KEYWORDS_BYTES = re.compile(_KEYWORDS.pattern.encode())
 
 
-_BREAK = re.compile(r"[\r\n]")
+_BREAK = re.compile(rb"[\r\n]")
 
 
-def _lines_to_read(text: str):
+def _lines_to_read(raw: bytes):
     """(line number, line) of each line holding a keyword, in order, in time and memory linear in the
-    text: a log of millions of other lines (or of newlines only) is never split into a list of them.
-    A line ends at '\n' or '\r' (progress bars rewrite a line with '\r'); lines are numbered by '\n'.
-    Lines longer than MAX_LINE_CHARS are skipped (no Megatron line is)."""
-    after, number, counted_to = 0, 1, 0        # text[:after] is read; its last character is a break
-    for m in _KEYWORDS.finditer(text):
+    log's bytes: a log of millions of other lines (or of newlines only) is never split into a list of
+    them, and only the lines read are decoded (UTF-8, undecodable bytes replaced: a whole log decoded
+    took up to 4 bytes per character, 5 GB for a 1 GB log with one emoji in it). A line ends at '\n'
+    or '\r' (progress bars rewrite a line with '\r'), which no UTF-8 character holds as a byte; lines
+    are numbered by '\n'. Lines longer than MAX_LINE_CHARS bytes are skipped (no Megatron line is)."""
+    after, number, counted_to = 0, 1, 0        # raw[:after] is read; its last byte is a break
+    for m in _KEYWORDS_BYTES.finditer(raw):
         pos = m.start()
         if pos < after:
             continue                                    # a second keyword on a line already read
-        start = max(text.rfind("\n", after, pos), text.rfind("\r", after, pos), after - 1) + 1
-        brk = _BREAK.search(text, pos)
-        end = brk.start() if brk else len(text)
-        number += text.count("\n", counted_to, start)
+        start = max(raw.rfind(b"\n", after, pos), raw.rfind(b"\r", after, pos), after - 1) + 1
+        brk = _BREAK.search(raw, pos)
+        end = brk.start() if brk else len(raw)
+        number += raw.count(b"\n", counted_to, start)
         counted_to, after = start, end + 1
         if end - start <= MAX_LINE_CHARS:
-            for line in text[start:end].splitlines():   # the other breaks splitlines knows
+            for line in raw[start:end].decode("utf-8", "replace").splitlines():   # the other breaks it knows
                 if _KEYWORDS.search(line):
                     yield number, line
 
 
-def _looks_utf16(text: str) -> bool:
+def _looks_utf16(raw: bytes) -> bool:
     """A UTF-16 file read as UTF-8: a byte-order mark (two replacement characters) or a NUL beside
     every other ASCII letter."""
-    head = text[:4096]
+    head = raw[:16384].decode("utf-8", "replace")[:4096]
     if head.startswith("\ufffd\ufffd"):
         return True
     for nuls, letters in ((head[1::2], head[0::2]), (head[0::2], head[1::2])):   # little / big endian
@@ -298,9 +301,9 @@ def _looks_utf16(text: str) -> bool:
 
 
 def parse_log(path) -> LogRun:
-    text = catalog.read_text_file(path, "log", limit=MAX_LOG_BYTES, errors="replace")
+    raw = catalog.read_text_file(path, "log", limit=MAX_LOG_BYTES, decode=False)
     iters, fields, memory, args = [], {}, None, {}
-    for number, line in _lines_to_read(text):
+    for number, line in _lines_to_read(raw):
         m = _ITER.search(line)
         e = _ELAPSED.search(line, m.end()) if m else None
         if e:
@@ -336,10 +339,10 @@ def parse_log(path) -> LogRun:
                                 f"{args[name]} and later {value} (line {number}); give each "
                                 "run's log on its own")
             args[name] = value
-    if not iters and _looks_utf16(text):
+    if not iters and _looks_utf16(raw):
         raise SpecError(f"log '{path}' is not UTF-8 text; it looks like UTF-16 (as Windows PowerShell's '>' "
                         "writes): save it as UTF-8")
-    if not iters and _OOM.search(text):
+    if not iters and _OOM_BYTES.search(raw):
         raise SpecError(f"log '{path}' has no iteration lines: the run ran out of GPU memory ('out of memory' "
                         "in the log) before its first logged iteration; leave this log out (probe.sh prints "
                         "the command with the logs of the candidates that ran)")

@@ -136,3 +136,21 @@ def test_a_relative_path_keeps_its_folders_in_calib_yaml(tmp_path, monkeypatch):
     (tmp_path / "x (1)").mkdir()
     assert shown_path("x (1)/runs.yaml") == "x (1)/runs.yaml"
     assert shown_path("log:job-/probe/1.log") == "log:job-/probe/1.log"
+
+
+def test_a_large_log_costs_about_its_size_in_memory(tmp_path):
+    """One character outside the Basic Multilingual Plane made the whole decoded log 4 bytes per
+    character: a 200 MB log took 1 GB. Only the lines read are decoded now."""
+    import tracemalloc
+    from mds_log import mds_log
+    from planner.calibrate import parse_log
+    log = tmp_path / "big.log"
+    filler = ("x" * 99 + "\n") * 200_000                              # 20 MB
+    log.write_text("\U0001F600\n" + filler + mds_log(250.0))
+    tracemalloc.start()
+    try:
+        assert parse_log(log).step_s == pytest.approx(0.25)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * log.stat().st_size
