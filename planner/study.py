@@ -302,10 +302,10 @@ def this_worker() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _sqlite_rows(db: Path, query: str, timeout: float = 60.0) -> list:
+def _sqlite_rows(db: Path, query: str, params=(), timeout: float = 60.0) -> list:
     """Rows of a read-only query on an SQLite file (sqlite3.Error when it cannot be read)."""
     with closing(sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=timeout)) as con:
-        return con.execute(query).fetchall()
+        return con.execute(query, params).fetchall()
 
 
 def remove_unshared_study_file(db: Path) -> bool:
@@ -316,15 +316,15 @@ def remove_unshared_study_file(db: Path) -> bool:
     Returns whether it was removed."""
     me = json.dumps(this_worker())
     try:
-        tables = {r[0] for r in _sqlite_rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'", 1.0)}
+        tables = {r[0] for r in _sqlite_rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'", timeout=1.0)}
         if "studies" in tables:
             foreign_studies = _sqlite_rows(db, (
                 "SELECT s.study_id FROM studies s WHERE NOT EXISTS (SELECT 1 FROM study_user_attributes a "
-                f"WHERE a.study_id = s.study_id AND a.key = '{CREATOR_ATTR}' AND a.value_json = {_sql_text(me)})"), 1.0)
+                "WHERE a.study_id = s.study_id AND a.key = ? AND a.value_json = ?)"), (CREATOR_ATTR, me), 1.0)
             foreign_trials = _sqlite_rows(db, (
                 "SELECT t.trial_id FROM trials t WHERE t.state != 'WAITING' AND NOT EXISTS (SELECT 1 FROM "
-                f"trial_user_attributes a WHERE a.trial_id = t.trial_id AND a.key = '{WORKER_ATTR}' AND "
-                f"a.value_json = {_sql_text(me)})"), 1.0)
+                "trial_user_attributes a WHERE a.trial_id = t.trial_id AND a.key = ? AND a.value_json = ?)"),
+                (WORKER_ATTR, me), 1.0)
             if foreign_studies or foreign_trials:
                 return False
     except (sqlite3.Error, OSError):
@@ -335,11 +335,6 @@ def remove_unshared_study_file(db: Path) -> bool:
     except OSError:          # never in place of the failure being reported
         return False
     return True
-
-
-def _sql_text(text: str) -> str:
-    """An SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def make_storage(optuna, url: str | None):
